@@ -1,0 +1,378 @@
+"""The job model: frozen dataclasses, validated when built, with a JSON/YAML round trip.
+
+The same JSON the client writes is what the driver and every launcher read, so a job
+means exactly one thing everywhere. Stdlib only: this module is imported by the CLI,
+the driver, the launchers and the YARN spec builder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tfyarn import tfconfig
+from tfyarn.errors import SpecError
+
+APP_TYPES = ("tensorflow-ps", "tensorflow-worker", "tensorflow-mpi", "standalone")
+MODES = ("local", "virtual-env", "docker")
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mMgGtT]?)[bB]?\s*$")
+_TRUE = {"true", "1", "yes", "y", "on"}
+_FALSE = {"false", "0", "no", "n", "off"}
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one container of a role asks YARN for."""
+
+    memory_mb: int
+    vcores: int
+    gpus: int = 0
+
+    def __post_init__(self) -> None:
+        if self.memory_mb <= 0 or self.vcores <= 0 or self.gpus < 0:
+            raise SpecError(f"invalid resources {self}: memory and vcores must be > 0")
+
+
+@dataclass(frozen=True)
+class Role:
+    """A TF task type (ps, chief, worker) with its instance count and per-task resources."""
+
+    name: str
+    instances: int
+    resources: Resources
+
+    def __post_init__(self) -> None:
+        if self.name not in tfconfig.TASK_TYPES:
+            raise SpecError(f"unknown role {self.name!r}; expected one of {tfconfig.TASK_TYPES}")
+        if self.instances < 1:
+            raise SpecError(f"role {self.name} needs at least one instance")
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    """One `-f` entry: a local path and where it lands in each task's working dir.
+
+    `dest == ""` means "the directory's contents go straight into the working dir"
+    (what `-f ./` asks for); otherwise the file or directory appears under `dest`.
+    """
+
+    source: str
+    dest: str
+
+    @property
+    def is_dir(self) -> bool:
+        return os.path.isdir(self.source)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where the user command runs: `-m local`, `virtual-env` (packed archive) or `docker`."""
+
+    mode: str = "local"
+    arg: str | None = None
+    python: str = "python3"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise SpecError(f"-m: unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
+        if self.mode != "local" and not self.arg:
+            what = "an image name" if self.mode == "docker" else "a packed env (.tar.gz)"
+            raise SpecError(f"-m {self.mode} needs -m_arg with {what}")
+
+
+@dataclass(frozen=True)
+class YarnOptions:
+    """Knobs that only the YARN backend reads."""
+
+    queue: str | None = None
+    node_label: str | None = None
+    am_memory_mb: int = 1024
+    am_vcores: int = 1
+    tags: tuple[str, ...] = ()
+    max_upload_mb: int | None = 1024  # None: --force, no limit
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A whole job: topology, resources, environment, files and the user command."""
+
+    name: str
+    app_type: str
+    roles: tuple[Role, ...]
+    command: str
+    files: tuple[ShippedFile, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    runtime: Runtime = field(default_factory=Runtime)
+    stop_ps_when_done: bool = False
+    register_timeout_s: float = 600.0
+    timeout_s: float | None = None
+    stop_grace_s: float = 3.0
+    yarn: YarnOptions = field(default_factory=YarnOptions)
+
+    def __post_init__(self) -> None:
+        if self.app_type not in APP_TYPES:
+            raise SpecError(f"-t: unknown app type {self.app_type!r}")
+        if not self.command.strip():
+            raise SpecError("-c: the command is empty; put the command to run after -c")
+        if not self.roles:
+            raise SpecError("a job needs at least one role")
+        if self.register_timeout_s <= 0:
+            raise SpecError("-wait_time must be greater than 0")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise SpecError("--timeout must be greater than 0 seconds")
+        for key, _ in self.env:
+            if not ENV_KEY.match(key):
+                raise SpecError(f"--env: {key!r} is not a valid variable name")
+
+    def role(self, name: str) -> Role | None:
+        return next((r for r in self.roles if r.name == name), None)
+
+    def tasks(self) -> tuple[tfconfig.Task, ...]:
+        """Every task of the job, ps first, in a stable order."""
+        return tuple(tfconfig.Task(r.name, i) for r in self.roles for i in range(r.instances))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    def to_yaml(self) -> str:
+        import yaml  # pyyaml is a runtime dependency, loaded only when YAML is asked for
+
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        d = dict(data)
+        d["roles"] = tuple(
+            Role(r["name"], r["instances"], Resources(**r["resources"])) for r in d["roles"]
+        )
+        d["files"] = tuple(ShippedFile(**f) for f in d.get("files", ()))
+        d["env"] = tuple((k, v) for k, v in d.get("env", ()))
+        d["runtime"] = Runtime(**d.get("runtime", {}))
+        yarn = dict(d.get("yarn", {}))
+        yarn["tags"] = tuple(yarn.get("tags", ()))
+        d["yarn"] = YarnOptions(**yarn)
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobSpec:
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_yaml(cls, text: str) -> JobSpec:
+        import yaml
+
+        return cls.from_dict(yaml.safe_load(text))
+
+
+# ---------------------------------------------------------------- value parsing
+
+
+def parse_bool(flag: str, value: str | None, default: bool = False) -> bool:
+    """el_submit booleans take a value (`-x True`); accept the usual spellings."""
+    if value is None:
+        return default
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise SpecError(f"{flag}: expected True or False, got {value!r}")
+
+
+def parse_int(flag: str, value: str | None, default: int, minimum: int = 0) -> int:
+    if value is None:
+        return default
+    try:
+        n = int(value)
+    except ValueError:
+        raise SpecError(f"{flag}: expected a whole number, got {value!r}") from None
+    if n < minimum:
+        raise SpecError(f"{flag}: must be at least {minimum}, got {n}")
+    return n
+
+
+def parse_memory(flag: str, value: str | None, default: int) -> int:
+    """Megabytes as el_submit takes them (`2000`), plus `2g`, `512m`, `1.5g`."""
+    if value is None:
+        return default
+    m = _MEMORY.match(value)
+    if not m:
+        raise SpecError(f"{flag}: {value!r} is not a memory size; give MB (2000) or 2g / 512m")
+    scale = {"": 1, "m": 1, "g": 1024, "t": 1024 * 1024}[m.group(2).lower()]
+    mb = int(float(m.group(1)) * scale)
+    if mb <= 0:
+        raise SpecError(f"{flag}: memory must be greater than 0, got {value!r}")
+    return mb
+
+
+def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for pair in pairs:
+        key, sep, val = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--env: expected KEY=VALUE, got {pair!r}")
+        if not ENV_KEY.match(key):
+            raise SpecError(f"--env: {key!r} is not a valid variable name")
+        out.append((key, val))
+    return tuple(out)
+
+
+def parse_files(value: str | None, cwd: str) -> tuple[ShippedFile, ...]:
+    """`-f a.py,data,./`: check each path exists and decide where it lands.
+
+    A directory named as `.`/`..` (e.g. `-f ./`) ships its contents into the working
+    dir, as el_submit users expect; any other directory keeps its name.
+    """
+    if not value:
+        return ()
+    out: list[ShippedFile] = []
+    for raw in (p.strip() for p in value.split(",")):
+        if not raw:
+            continue
+        path = os.path.abspath(os.path.join(cwd, os.path.expanduser(raw)))
+        if not os.path.exists(path):
+            raise SpecError(f"-f: {raw!r} does not exist (looked in {cwd})")
+        base = os.path.basename(os.path.normpath(raw))
+        dest = "" if os.path.isdir(path) and base in (".", "..", "") else os.path.basename(path)
+        out.append(ShippedFile(path, dest))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- el_submit flags -> JobSpec
+
+
+@dataclass(frozen=True)
+class ElSubmitArgs:
+    """The raw el_submit flag values (strings as typed), before any interpretation."""
+
+    app_type: str | None = None
+    app_name: str | None = None
+    mode: str | None = None
+    mode_arg: str | None = None
+    interact: str | None = None
+    exit_ps: str | None = None
+    enable_tensorboard: str | None = None
+    log_tensorboard: str | None = None
+    conf: str | None = None
+    files: str | None = None
+    ps_num: str | None = None
+    ps_cores: str | None = None
+    ps_memory: str | None = None
+    worker_num: str | None = None
+    worker_cores: str | None = None
+    worker_gpus: str | None = None
+    worker_memory: str | None = None
+    workers_per_gpu: str | None = None
+    procs_per_node: str | None = None
+    wait_time: str | None = None
+    command: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: str | None = None
+    queue: str | None = None
+    python: str | None = None
+    node_label: str | None = None
+    am_memory: str | None = None
+    am_vcores: str | None = None
+    tags: tuple[str, ...] = ()
+    force: bool = False
+
+
+DEFAULTS = {"ps_memory": 1024, "worker_memory": 1024, "cores": 1, "wait_minutes": 10}
+
+
+def join_command(tokens: tuple[str, ...]) -> str:
+    """`-c` takes the rest of the line: one token is a shell string, several keep their
+    argument boundaries (so `-c python -c "print(1)"` survives the trip)."""
+    import shlex
+
+    if len(tokens) == 1:
+        return tokens[0]
+    return shlex.join(tokens)
+
+
+def _reject_unsupported(a: ElSubmitArgs) -> None:
+    """Flags el_submit documents that tfyarn does not do yet: say so, never ignore them."""
+    if a.app_type == "tensorflow-mpi":
+        raise SpecError("-t tensorflow-mpi is not supported yet; use tensorflow-worker (MWMS)")
+    checks = [
+        ("-interact", parse_bool("-interact", a.interact), "interactive sessions"),
+        ("-enable_tensorboard", parse_bool("-enable_tensorboard", a.enable_tensorboard), "TB"),
+        ("-log_tensorboard", a.log_tensorboard is not None, "TensorBoard"),
+        ("-wnpg", a.workers_per_gpu is not None, "GPU sharing"),
+        ("-ppn", a.procs_per_node is not None, "MPI process placement"),
+    ]
+    for flag, used, what in checks:
+        if used:
+            raise SpecError(f"{flag} ({what}) is not supported yet; remove {flag} and resubmit")
+
+
+def _roles(a: ElSubmitArgs, app_type: str) -> tuple[Role, ...]:
+    wn = parse_int("-wn", a.worker_num, 1, minimum=1)
+    worker = Resources(
+        parse_memory("-wm", a.worker_memory, DEFAULTS["worker_memory"]),
+        parse_int("-wc", a.worker_cores, DEFAULTS["cores"], minimum=1),
+        parse_int("-wg", a.worker_gpus, 0),
+    )
+    ps = Resources(
+        parse_memory("-pm", a.ps_memory, DEFAULTS["ps_memory"]),
+        parse_int("-pc", a.ps_cores, DEFAULTS["cores"], minimum=1),
+    )
+    pn = parse_int("-pn", a.ps_num, 1 if app_type == "tensorflow-ps" else 0)
+    if app_type == "tensorflow-ps" and pn < 1:
+        raise SpecError("-pn: tensorflow-ps needs at least 1 ps; use -t tensorflow-worker for none")
+    if app_type != "tensorflow-ps" and pn:
+        raise SpecError(f"-pn: -t {app_type} has no parameter servers; drop -pn or use tensorflow-ps")
+    if app_type == "standalone" and wn != 1:
+        raise SpecError(f"-wn: -t standalone runs exactly one task; use -wn 1 (got {wn})")
+    counts = tfconfig.topology(app_type, pn, wn)
+    return tuple(Role(name, n, ps if name == "ps" else worker) for name, n in counts if n)
+
+
+def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
+    """Turn el_submit flags into a validated JobSpec; every error names its flag."""
+    app_type = a.app_type or "tensorflow-ps"
+    if app_type not in APP_TYPES:
+        raise SpecError(f"-t: unknown app type {app_type!r}; use one of {', '.join(APP_TYPES)}")
+    _reject_unsupported(a)
+    if not a.command:
+        raise SpecError("-c is missing: end the line with -c and the command to run")
+    mode = {"virtualenv": "virtual-env"}.get(a.mode or "local", a.mode or "local")
+    runtime = Runtime(mode, a.mode_arg, a.python or "python3")
+    if mode == "virtual-env" and "://" not in (a.mode_arg or "") and not os.path.isfile(
+        os.path.join(cwd, a.mode_arg or "")
+    ):
+        raise SpecError(f"-m_arg: virtual-env archive {a.mode_arg!r} does not exist")
+    if mode == "virtual-env" and "://" not in (a.mode_arg or ""):
+        runtime = Runtime(mode, os.path.abspath(os.path.join(cwd, a.mode_arg or "")), runtime.python)
+    if a.conf is not None and not os.path.isdir(os.path.join(cwd, a.conf)):
+        raise SpecError(f"-conf: {a.conf!r} is not a directory of Hadoop configuration")
+    wait = parse_int("-wait_time", a.wait_time, DEFAULTS["wait_minutes"], minimum=1)
+    timeout = parse_int("--timeout", a.timeout, 0, minimum=1) if a.timeout else None
+    return JobSpec(
+        name=a.app_name or "tfyarn",
+        app_type=app_type,
+        roles=_roles(a, app_type),
+        command=join_command(a.command),
+        files=parse_files(a.files, cwd),
+        env=parse_env(a.env),
+        runtime=runtime,
+        stop_ps_when_done=parse_bool("-x", a.exit_ps),
+        register_timeout_s=float(wait * 60),
+        timeout_s=float(timeout) if timeout else None,
+        yarn=YarnOptions(
+            queue=a.queue,
+            node_label=a.node_label,
+            am_memory_mb=parse_memory("--am-memory", a.am_memory, 1024),
+            am_vcores=parse_int("--am-vcores", a.am_vcores, 1, minimum=1),
+            tags=tuple(a.tags),
+            max_upload_mb=None if a.force else 1024,
+        ),
+    )

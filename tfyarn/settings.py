@@ -1,0 +1,35 @@
+"""The process environment, read once into one object and passed down from there."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every environment variable tfyarn reads, in one place."""
+
+    job_id: str | None = None
+    advertise_host: str | None = None
+    hadoop_conf_dir: str | None = None
+    hadoop_home: str | None = None
+    java_home: str | None = None
+    path: str = ""
+    tmpdir: str | None = None
+    keep_job_dir: bool = False
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        return cls(
+            job_id=e.get("TFYARN_JOB_ID") or e.get("SKEIN_APPLICATION_ID"),
+            advertise_host=e.get("TFYARN_ADVERTISE_HOST") or e.get("NM_HOST"),
+            hadoop_conf_dir=e.get("HADOOP_CONF_DIR"),
+            hadoop_home=e.get("HADOOP_HOME"),
+            java_home=e.get("JAVA_HOME"),
+            path=e.get("PATH", ""),
+            tmpdir=e.get("TMPDIR"),
+            keep_job_dir=e.get("TFYARN_KEEP_JOB_DIR", "") not in ("", "0"),
+        )
