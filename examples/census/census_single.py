@@ -1,0 +1,272 @@
+"""Census income Wide & Deep on UCI Adult, for TF 2.21 + Keras 3 (no tf.estimator).
+
+One script, every way el_submit runs it:
+  - plain `python census_single.py` (or -t standalone): trains in this process;
+  - -t tensorflow-ps with workers: the chief drives ParameterServerStrategy through a
+    ClusterCoordinator custom loop (Keras 3 `model.fit` does not work under PSS), ps and
+    workers serve until tfyarn stops them (-x True);
+  - -t tensorflow-ps -wn 1 (chief + ps, no workers): trains on the chief.
+Reads adult.data / adult.test from the working dir or --data-dir (anything tf.io.gfile
+opens, hdfs:// included). Prints `eval_accuracy=0.xxxx` on its own line at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import zlib
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+
+import numpy as np  # noqa: E402
+
+COLUMNS = ("age workclass fnlwgt education education_num marital_status occupation "
+           "relationship race gender capital_gain capital_loss hours_per_week native_country "
+           "income_bracket").split()
+CATEGORICAL = ("workclass", "education", "marital_status", "occupation", "relationship",
+               "race", "gender", "native_country", "age_bucket")
+CROSSES = (("education", "occupation"), ("age_bucket", "education", "occupation"),
+           ("native_country", "occupation"))
+NUMERIC = ("age", "education_num", "capital_gain", "capital_loss", "hours_per_week")
+AGE_BOUNDARIES = (18, 25, 30, 35, 40, 45, 50, 55, 60, 65)
+HASH_BUCKETS = 1000
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data-dir", default=".", help="dir (or URL) with adult.data/adult.test")
+    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--learning-rate", type=float, default=0.002)
+    p.add_argument("--synthetic", action="store_true", help="small made-up census-shaped data")
+    return p.parse_args(argv)
+
+
+# ---------------------------------------------------------------- data
+
+
+def read_rows(path: str) -> list[dict[str, str]]:
+    """Parse an Adult file, skipping what the real files contain besides records: the
+    trailing blank line and adult.test's `|1x3 Cross validator` first line."""
+    if "://" in path:
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(path) as f:
+            text = f.read()
+    else:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    rows = []
+    for line in text.splitlines():
+        fields = [x.strip() for x in line.split(",")]
+        if len(fields) == len(COLUMNS):
+            rows.append(dict(zip(COLUMNS, fields, strict=True)))
+    if not rows:
+        raise SystemExit(f"no census records in {path}")
+    return rows
+
+
+def synthetic_rows(n: int, seed: int) -> list[dict[str, str]]:
+    """Census-shaped rows whose label depends on education, hours, age and capital gain."""
+    rng = random.Random(seed)
+    edu = ["Bachelors", "HS-grad", "Masters", "Doctorate", "Some-college", "11th"]
+    occ = ["Exec-managerial", "Sales", "Craft-repair", "Prof-specialty", "Other-service"]
+    rows = []
+    for _ in range(n):
+        age, hours, e, o = rng.randint(17, 80), rng.randint(10, 70), rng.choice(edu), rng.choice(occ)
+        gain = rng.choice([0, 0, 0, 5000, 15000])
+        score = (e in ("Masters", "Doctorate", "Bachelors")) + (hours > 45) + (35 < age < 60)
+        score += (gain > 4000) + (o in ("Exec-managerial", "Prof-specialty"))
+        label = ">50K" if score + rng.random() * 0.8 >= 2.5 else "<=50K"
+        rows.append(dict(zip(COLUMNS, [str(age), "Private", "1", e, "10", "Married", o, "Husband",
+                                       "White", rng.choice(["Male", "Female"]), str(gain), "0",
+                                       str(hours), "United-States", label], strict=True)))
+    return rows
+
+
+def load(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    if args.synthetic:
+        return synthetic_rows(4000, 1), synthetic_rows(1000, 2)
+    join = (lambda d, f: f"{d.rstrip('/')}/{f}") if "://" in args.data_dir else os.path.join
+    return read_rows(join(args.data_dir, "adult.data")), read_rows(join(args.data_dir, "adult.test"))
+
+
+def age_bucket(age: str) -> str:
+    return str(sum(int(age) >= b for b in AGE_BOUNDARIES))
+
+
+class Encoder:
+    """Vocabularies and numeric scaling learnt on the training rows; ids share one table
+    (each feature at its own offset) so the wide part is a single embedding."""
+
+    def __init__(self, rows: list[dict[str, str]]) -> None:
+        for r in rows:
+            r["age_bucket"] = age_bucket(r["age"])
+        self.offsets: dict[str, int] = {}
+        self.vocab: dict[str, dict[str, int]] = {}
+        size = 0
+        for col in CATEGORICAL:
+            values = sorted({r[col] for r in rows})
+            self.vocab[col] = {v: i + 1 for i, v in enumerate(values)}  # 0 = unseen
+            self.offsets[col] = size
+            size += len(values) + 1
+        self.deep_size = size
+        for cross in CROSSES:
+            self.offsets["x".join(cross)] = size
+            size += HASH_BUCKETS
+        self.size = size
+        num = np.array([[float(r[c]) for c in NUMERIC] for r in rows], dtype=np.float32)
+        self.log_cols = [NUMERIC.index("capital_gain"), NUMERIC.index("capital_loss")]
+        num[:, self.log_cols] = np.log1p(num[:, self.log_cols])
+        self.mean, self.std = num.mean(axis=0), num.std(axis=0) + 1e-6
+
+    def ids(self, r: dict[str, str]) -> list[int]:
+        out = [self.offsets[c] + self.vocab[c].get(r[c], 0) for c in CATEGORICAL]
+        for cross in CROSSES:
+            key = "x".join(r[c] for c in cross).encode()
+            out.append(self.offsets["x".join(cross)] + zlib.crc32(key) % HASH_BUCKETS)
+        return out
+
+    def transform(self, rows: list[dict[str, str]]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        for r in rows:
+            r["age_bucket"] = age_bucket(r["age"])
+        num = np.array([[float(r[c]) for c in NUMERIC] for r in rows], dtype=np.float32)
+        num[:, self.log_cols] = np.log1p(num[:, self.log_cols])
+        features = {"ids": np.array([self.ids(r) for r in rows], dtype=np.int32),
+                    "num": (num - self.mean) / self.std}
+        labels = np.array([r["income_bracket"].rstrip(".") == ">50K" for r in rows], np.float32)
+        return features, labels
+
+
+# ---------------------------------------------------------------- model and training
+
+
+def build_model(enc: Encoder):
+    """Wide (linear over ids and crosses) + deep (embeddings + numeric -> MLP), one logit."""
+    import keras
+
+    ids = keras.Input((len(CATEGORICAL) + len(CROSSES),), dtype="int32", name="ids")
+    num = keras.Input((len(NUMERIC),), name="num")
+    wide = keras.ops.sum(keras.layers.Embedding(enc.size, 1, name="wide")(ids), axis=1)
+    deep_ids = keras.layers.Lambda(lambda t: t[:, : len(CATEGORICAL)])(ids)
+    emb = keras.layers.Flatten()(keras.layers.Embedding(enc.deep_size, 8, name="deep")(deep_ids))
+    x = keras.layers.Concatenate()([emb, num])
+    for units in (64, 32):
+        x = keras.layers.Dense(units, activation="relu")(x)
+    logit = keras.layers.Add()([wide, keras.layers.Dense(1)(x)])
+    return keras.Model({"ids": ids, "num": num}, logit)
+
+
+def make_step(strategy, model, optimizer, global_batch: int):
+    import tensorflow as tf
+
+    @tf.function
+    def step(iterator):
+        def replica(features, labels):
+            with tf.GradientTape() as tape:
+                logits = tf.squeeze(model(features, training=True), axis=1)
+                losses = tf.nn.sigmoid_cross_entropy_with_logits(labels=labels, logits=logits)
+                loss = tf.nn.compute_average_loss(losses, global_batch_size=global_batch)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return loss
+
+        features, labels = next(iterator)
+        return strategy.run(replica, args=(features, labels))
+
+    return step
+
+
+def dataset(features: dict, labels: np.ndarray, batch: int, repeat: bool):
+    import tensorflow as tf
+
+    ds = tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(len(labels), seed=7)
+    ds = ds.repeat() if repeat else ds
+    return ds.batch(batch, drop_remainder=repeat).prefetch(2)
+
+
+def evaluate(model, features: dict, labels: np.ndarray, batch: int = 4096) -> float:
+    """Plain batched forward passes: `model.predict` refuses to run under PSS."""
+    logits = np.concatenate([
+        np.asarray(model({k: v[i:i + batch] for k, v in features.items()}, training=False))
+        for i in range(0, len(labels), batch)
+    ]).reshape(-1)
+    return float(np.mean((logits > 0) == (labels > 0.5)))
+
+
+def train_here(args, enc, train, labels):
+    """Single process (plain run, standalone, or chief with no workers)."""
+    import keras
+    import tensorflow as tf
+
+    model = build_model(enc)
+    optimizer = keras.optimizers.Adam(args.learning_rate)
+    step = make_step(tf.distribute.get_strategy(), model, optimizer, args.batch_size)
+    it = iter(dataset(train, labels, args.batch_size, repeat=True))
+    for _ in range(args.epochs * (len(labels) // args.batch_size)):
+        step(it)
+    return model
+
+
+def train_ps(args, enc, train, labels, resolver):
+    """Chief of a tensorflow-ps job with workers: ClusterCoordinator + schedule."""
+    import keras
+    import tensorflow as tf
+
+    strategy = tf.distribute.ParameterServerStrategy(resolver)
+    coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
+    with strategy.scope():
+        model = build_model(enc)
+        optimizer = keras.optimizers.Adam(args.learning_rate)
+        optimizer.build(model.trainable_variables)
+    step = make_step(strategy, model, optimizer, args.batch_size)
+
+    def per_worker():
+        return dataset(train, labels, args.batch_size, repeat=True)
+
+    it = iter(coordinator.create_per_worker_dataset(per_worker))
+    for _ in range(args.epochs * (len(labels) // args.batch_size)):
+        coordinator.schedule(step, args=(it,))
+    coordinator.join()
+    return model
+
+
+def serve(resolver) -> None:
+    """ps / worker of a tensorflow-ps job: serve until tfyarn stops this task."""
+    import tensorflow as tf
+
+    task = resolver.task_type, resolver.task_id
+    print(f"serving as {task[0]}:{task[1]}", flush=True)
+    tf.distribute.Server(resolver.cluster_spec(), job_name=task[0], task_index=task[1],
+                         protocol="grpc", start=True).join()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    cluster = tf_config.get("cluster", {})
+    role = tf_config.get("task", {}).get("type", "chief")
+    import tensorflow as tf
+
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver() if cluster else None
+    if "ps" in cluster and role in ("ps", "worker"):
+        serve(resolver)
+        return 0
+    train_rows, test_rows = load(args)
+    enc = Encoder(train_rows)
+    (train, labels), (test, test_labels) = enc.transform(train_rows), enc.transform(test_rows)
+    if "ps" in cluster and cluster.get("worker"):
+        model = train_ps(args, enc, train, labels, resolver)
+    else:
+        model = train_here(args, enc, train, labels)
+    print(f"trained on {len(labels)} rows, evaluated on {len(test_labels)}", flush=True)
+    print(f"eval_accuracy={evaluate(model, test, test_labels):.4f}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
