@@ -76,11 +76,12 @@ def _options(fn: Callable) -> Callable:
     return fn
 
 
-@click.command("submit", context_settings=CONTEXT, epilog=(
+@click.command("submit", context_settings=CONTEXT, options_metavar="[OPTIONS] -c COMMAND...",
+               epilog=(
     "Exit codes: 0 succeeded, 1 failed, 2 bad input, 3 killed, 130 interrupted. "
     "stdout carries only the job/application id; progress and task output go to stderr."))
 @_options
-@click.option("-c", "command_marker", metavar="COMMAND...", is_flag=True,
+@click.option("-c", "command_marker", metavar="COMMAND...", hidden=False,
               help="the command to run; takes the rest of the line verbatim, quoted or not")
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
               help="environment variable for every task (repeatable)")
@@ -92,7 +93,7 @@ def _options(fn: Callable) -> Callable:
 @click.option("--force", "force", is_flag=True, help="ship -f files even if over 1 GB")
 @click.pass_context
 def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, principal: str | None,
-           keytab: str | None, command_marker: bool, **raw: Any) -> int:
+           keytab: str | None, command_marker: str | None, **raw: Any) -> int:
     """Submit a TensorFlow job to YARN (or run it locally with --local), el_submit style."""
     from tfyarn.jobspec import ElSubmitArgs, from_el_submit
     from tfyarn.settings import Settings
@@ -229,3 +230,7 @@ def el_submit_main(argv: Sequence[str] | None = None) -> None:
 def tfyarn_main(argv: Sequence[str] | None = None) -> None:
     args, command = split_command(sys.argv[1:] if argv is None else argv)
     sys.exit(run_click(tfyarn, args, {"command": command}, "tfyarn"))
+
+
+if __name__ == "__main__":
+    el_submit_main()

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -67,12 +68,13 @@ def decide(spec: JobSpec, exits: Mapping[Task, Mapping]) -> Outcome | None:
     or stopped by someone other than this driver) fails the job; tensorflow-ps with
     `-x True` succeeds once the chief exits 0; otherwise every task must exit 0.
     """
-    failed = [(r.get("time", 0), t) for t, r in exits.items() if r.get("code") != 0 or r.get("stopped")]
+    failed = [(r.get("time", 0), t) for t, r in exits.items()
+              if r.get("code") != 0 or r.get("stopped")]
     chief = exits.get(Task("chief", 0))
-    chief_done = spec.app_type == "tensorflow-ps" and spec.stop_ps_when_done and chief is not None
-    if chief_done and chief.get("code") == 0 and not chief.get("stopped"):
-        if not failed or chief.get("time", 0) <= min(failed)[0]:
-            return Outcome("SUCCEEDED", "chief:0 finished; the other tasks were stopped (-x True)")
+    chief_ok = chief is not None and chief.get("code") == 0 and not chief.get("stopped")
+    x_true = spec.app_type == "tensorflow-ps" and spec.stop_ps_when_done
+    if x_true and chief_ok and (not failed or chief.get("time", 0) <= min(failed)[0]):
+        return Outcome("SUCCEEDED", "chief:0 finished; the other tasks were stopped (-x True)")
     if failed:
         _, task = min(failed)
         rec = exits[task]
@@ -146,7 +148,7 @@ def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome) -> dict[st
     """Tell every launcher to stop and wait (bounded) until the registered ones reported."""
     store.put(kvmod.STOP, outcome.message)
     store.put(kvmod.PHASE, "stopping")
-    deadline = time.monotonic() + spec.stop_grace_s + 10.0
+    deadline = time.monotonic() + spec.stop_grace_s + 5.0
     while True:
         addrs, exits = read_tasks(store)
         pending = [t for t in addrs if t not in exits]
@@ -162,13 +164,15 @@ def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome) -> dict[st
 def _brief(rec: Mapping | None) -> dict:
     if rec is None:
         return {"code": None, "stopped": False, "reason": "never reported"}
-    return {"code": rec.get("code"), "stopped": bool(rec.get("stopped")), "reason": rec.get("reason")}
+    return {"code": rec.get("code"), "stopped": bool(rec.get("stopped")),
+            "reason": rec.get("reason")}
 
 
 def run(spec: JobSpec, store: kvmod.KV) -> Outcome:
     """Drive one job to its end and publish the final status."""
     watch = Watch(spec, store)
-    _trap_signals(watch)
+    if threading.current_thread() is threading.main_thread():
+        _trap_signals(watch)
     store.put(kvmod.PHASE, "registering")
     log(f"waiting for {len(spec.tasks())} tasks to register "
         f"(-wait_time {spec.register_timeout_s / 60:g} min)")

@@ -329,7 +329,8 @@ def _roles(a: ElSubmitArgs, app_type: str) -> tuple[Role, ...]:
     if app_type == "tensorflow-ps" and pn < 1:
         raise SpecError("-pn: tensorflow-ps needs at least 1 ps; use -t tensorflow-worker for none")
     if app_type != "tensorflow-ps" and pn:
-        raise SpecError(f"-pn: -t {app_type} has no parameter servers; drop -pn or use tensorflow-ps")
+        raise SpecError(f"-pn: -t {app_type} has no parameter servers; "
+                        "drop -pn or use -t tensorflow-ps")
     if app_type == "standalone" and wn != 1:
         raise SpecError(f"-wn: -t standalone runs exactly one task; use -wn 1 (got {wn})")
     counts = tfconfig.topology(app_type, pn, wn)
@@ -346,12 +347,11 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
         raise SpecError("-c is missing: end the line with -c and the command to run")
     mode = {"virtualenv": "virtual-env"}.get(a.mode or "local", a.mode or "local")
     runtime = Runtime(mode, a.mode_arg, a.python or "python3")
-    if mode == "virtual-env" and "://" not in (a.mode_arg or "") and not os.path.isfile(
-        os.path.join(cwd, a.mode_arg or "")
-    ):
-        raise SpecError(f"-m_arg: virtual-env archive {a.mode_arg!r} does not exist")
     if mode == "virtual-env" and "://" not in (a.mode_arg or ""):
-        runtime = Runtime(mode, os.path.abspath(os.path.join(cwd, a.mode_arg or "")), runtime.python)
+        archive = os.path.abspath(os.path.join(cwd, a.mode_arg or ""))
+        if not os.path.isfile(archive):
+            raise SpecError(f"-m_arg: virtual-env archive {a.mode_arg!r} does not exist")
+        runtime = Runtime(mode, archive, runtime.python)
     if a.conf is not None and not os.path.isdir(os.path.join(cwd, a.conf)):
         raise SpecError(f"-conf: {a.conf!r} is not a directory of Hadoop configuration")
     wait = parse_int("-wait_time", a.wait_time, DEFAULTS["wait_minutes"], minimum=1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -163,10 +164,8 @@ def supervise(proc: subprocess.Popen, store: kvmod.KV, flag: StopFlag, grace: fl
             break
         time.sleep(min(store.poll_s, 0.1))
     rc = proc.wait()
-    try:  # whatever the user command left behind in its group dies with it
+    with contextlib.suppress(ProcessLookupError):  # what the command left in its group dies
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     return rc
 
 

@@ -8,6 +8,7 @@ carries its TFYARN_JOB_ID is gone afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -216,18 +217,14 @@ def job_pids(job_id: str) -> list[int]:
 def kill_all(procs: Iterable[Proc], job_id: str, docker: bool) -> None:
     """SIGKILL every process group we started, then anything else that carries the job id."""
     for p in procs:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(p.popen.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         p.popen.poll()
     for _ in range(3):
         pids = job_pids(job_id)
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         if not pids:
             break
         time.sleep(0.05)

@@ -24,9 +24,11 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 import numpy as np  # noqa: E402
 
-COLUMNS = ("age workclass fnlwgt education education_num marital_status occupation "
-           "relationship race gender capital_gain capital_loss hours_per_week native_country "
-           "income_bracket").split()
+COLUMNS = (
+    "age", "workclass", "fnlwgt", "education", "education_num", "marital_status", "occupation",
+    "relationship", "race", "gender", "capital_gain", "capital_loss", "hours_per_week",
+    "native_country", "income_bracket",
+)
 CATEGORICAL = ("workclass", "education", "marital_status", "occupation", "relationship",
                "race", "gender", "native_country", "age_bucket")
 CROSSES = (("education", "occupation"), ("age_bucket", "education", "occupation"),
@@ -77,7 +79,8 @@ def synthetic_rows(n: int, seed: int) -> list[dict[str, str]]:
     occ = ["Exec-managerial", "Sales", "Craft-repair", "Prof-specialty", "Other-service"]
     rows = []
     for _ in range(n):
-        age, hours, e, o = rng.randint(17, 80), rng.randint(10, 70), rng.choice(edu), rng.choice(occ)
+        age, hours = rng.randint(17, 80), rng.randint(10, 70)
+        e, o = rng.choice(edu), rng.choice(occ)
         gain = rng.choice([0, 0, 0, 5000, 15000])
         score = (e in ("Masters", "Doctorate", "Bachelors")) + (hours > 45) + (35 < age < 60)
         score += (gain > 4000) + (o in ("Exec-managerial", "Prof-specialty"))
@@ -92,7 +95,8 @@ def load(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     if args.synthetic:
         return synthetic_rows(4000, 1), synthetic_rows(1000, 2)
     join = (lambda d, f: f"{d.rstrip('/')}/{f}") if "://" in args.data_dir else os.path.join
-    return read_rows(join(args.data_dir, "adult.data")), read_rows(join(args.data_dir, "adult.test"))
+    train, test = (read_rows(join(args.data_dir, f"adult.{s}")) for s in ("data", "test"))
+    return train, test
 
 
 def age_bucket(age: str) -> str:

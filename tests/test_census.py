@@ -1,0 +1,68 @@
+"""The census Wide & Deep example, run the way users run it: real TF, real UCI data."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shutil
+
+import pytest
+from conftest import CENSUS, DATA, job_processes
+
+pytestmark = pytest.mark.tf
+SEED = ["-t", "tensorflow-ps", "-a", "wide_and_deep", "-m", "local", "-x", "True", "-f", "./",
+        "-pn", "1", "-pc", "1", "-pm", "2000", "-wn", "1", "-wc", "1", "-wg", "1", "-wm", "2000"]
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """The user's folder: the script plus the UCI files, as in the EMR walkthrough."""
+    assert (DATA / "adult.data").exists(), f"UCI Adult data expected in {DATA}"
+    d = tmp_path / "census"
+    d.mkdir()
+    shutil.copy(CENSUS, d)
+    for name in ("adult.data", "adult.test"):
+        shutil.copy(DATA / name, d)
+    return d
+
+
+def accuracy(stderr: str) -> float:
+    found = re.findall(r"^\[chief:0\] eval_accuracy=(\d\.\d+)$", stderr, re.M)
+    assert found, stderr[-3000:]
+    return float(found[-1])
+
+
+def test_real_files_quirks_are_handled():
+    spec = importlib.util.spec_from_file_location("census", CENSUS)
+    census = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(census)
+    train, test = (census.read_rows(str(DATA / f"adult.{s}")) for s in ("data", "test"))
+    assert (len(train), len(test)) == (32561, 16281)
+    _, labels = census.Encoder(train).transform(test)
+    assert 0.2 < labels.mean() < 0.3  # '>50K.' in adult.test counts as positive
+
+
+def test_seed_command_local(el_submit, workdir):
+    out = el_submit(*SEED, "--local", "-c", "python", "census_single.py", cwd=workdir, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert accuracy(out.stderr) >= 0.83
+    assert "ps:0: exit code -15 (stopped)" in out.stderr  # -x True stopped the ps
+    assert job_processes(out.stdout.strip()) == []
+
+
+def test_parameter_server_strategy_with_workers(el_submit, workdir):
+    out = el_submit("-t", "tensorflow-ps", "-x", "True", "-f", "./", "-pn", "1", "-wn", "2",
+                    "--local", "-c", "python", "census_single.py", "--epochs", "4",
+                    cwd=workdir, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "[worker:0] serving as worker:0" in out.stderr
+    assert accuracy(out.stderr) >= 0.83
+    assert job_processes(out.stdout.strip()) == []
+
+
+def test_synthetic_standalone(el_submit, tmp_path):
+    shutil.copy(CENSUS, tmp_path)
+    out = el_submit("-t", "standalone", "-f", "census_single.py", "--local",
+                    "-c", "python census_single.py --synthetic", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert re.search(r"^\[worker:0\] eval_accuracy=0\.[7-9]\d+$", out.stderr, re.M)

@@ -1,0 +1,77 @@
+"""The command line as users meet it: real subprocesses, real exit codes and messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from tfyarn.cli import EL_OPTIONS, EXT_OPTIONS, split_command
+from tfyarn.jobspec import JobSpec
+
+HEAVY = ("skein", "grpc", "hdfs", "tensorflow", "torch")
+
+
+def test_importing_cli_loads_nothing_heavy():
+    code = f"import sys, tfyarn.cli; print([m for m in {HEAVY!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_help_lists_every_option(el_submit):
+    out = el_submit("--help")
+    assert out.returncode == 0
+    for flag, *_ in EL_OPTIONS + EXT_OPTIONS:
+        assert f"{flag} " in out.stdout, flag
+    for flag in ("-c COMMAND...", "--local", "--dry-run", "--env", "--detach", "--force"):
+        assert flag in out.stdout
+    group = subprocess.run([sys.executable, "-m", "tfyarn", "--help"], capture_output=True,
+                           text=True)
+    assert group.returncode == 0
+    for cmd in ("submit", "status", "logs", "kill", "ls"):
+        assert cmd in group.stdout
+
+
+BAD = [
+    (["-pn", "-1"], "-pn"), (["-wn", "0"], "-wn"), (["-wm", "abc"], "-wm"),
+    (["-t", "tensorflow"], "-t"), (["-t", "standalone", "-wn", "2"], "-wn"),
+    (["-x", "maybe"], "-x"), (["-f", "missing_dir"], "-f"), (["-m", "docker"], "-m_arg"),
+    (["-m", "virtual-env", "-m_arg", "nope.tar.gz"], "-m_arg"), (["--env", "NOEQUALS"], "--env"),
+    (["-wait_time", "0"], "-wait_time"), (["-t", "tensorflow-mpi"], "tensorflow-mpi"),
+    (["-log_tensorboard", "/tmp/tb"], "-log_tensorboard"), (["--bogus", "1"], "--bogus"),
+]
+
+
+@pytest.mark.parametrize(("args", "flag"), BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line_exit_2_and_starts_nothing(el_submit, args, flag):
+    out = el_submit(*args, "--local", "-c", "python", "-c", "print(1)")
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and flag in lines[0], out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+    assert list(el_submit.tmpdir.iterdir()) == []  # no job dir: nothing was started
+
+
+def test_missing_command(el_submit):
+    out = el_submit("-t", "standalone", "--local")
+    assert out.returncode == 2 and out.stderr.startswith("Error: -c is missing")
+
+
+def test_dry_run_prints_the_resolved_job(el_submit, tmp_path):
+    (tmp_path / "train.py").write_text("print(1)\n")
+    out = el_submit("-t", "tensorflow-ps", "-pn", "2", "-wn", "3", "-wm", "2g", "-f", "train.py",
+                    "--dry-run", "-c", "python", "train.py", "--epochs", "3")
+    assert out.returncode == 0, out.stderr
+    spec = JobSpec.from_dict(yaml.safe_load(out.stdout))
+    assert spec.command == "python train.py --epochs 3"
+    assert [(r.name, r.instances) for r in spec.roles] == [("ps", 2), ("chief", 1), ("worker", 2)]
+    assert spec.role("worker").resources.memory_mb == 2048
+    assert list(el_submit.tmpdir.iterdir()) == []
+
+
+def test_split_command_skips_option_values():
+    assert split_command(["-a", "-c", "-wn", "2", "-c", "python", "x.py", "-c", "1"]) == (
+        ["-a", "-c", "-wn", "2"], ("python", "x.py", "-c", "1"))
+    assert split_command(["-t", "standalone"]) == (["-t", "standalone"], None)

@@ -1,0 +1,89 @@
+"""The driver's rules (pure `decide`) and its loop against the real directory KV."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from tfyarn import kv as kvmod
+from tfyarn.driver import KILL, Outcome, decide, run
+from tfyarn.jobspec import JobSpec, Resources, Role
+from tfyarn.tfconfig import Task
+
+R = Resources(1024, 1)
+
+
+def job(app_type="tensorflow-ps", x=True, **kw) -> JobSpec:
+    roles = {"tensorflow-ps": (Role("ps", 1, R), Role("chief", 1, R), Role("worker", 1, R)),
+             "tensorflow-worker": (Role("worker", 2, R),)}[app_type]
+    return JobSpec("t", app_type, roles, "true", stop_ps_when_done=x, **kw)
+
+
+def ex(code, t=1.0, stopped=False, tail=()):
+    return {"code": code, "time": t, "stopped": stopped, "tail": list(tail)}
+
+
+def test_chief_success_ends_ps_job_with_x_true():
+    out = decide(job(), {Task("chief", 0): ex(0)})
+    assert out.state == "SUCCEEDED"
+
+
+def test_without_x_every_task_must_exit():
+    spec = job(x=False)
+    assert decide(spec, {Task("chief", 0): ex(0), Task("worker", 0): ex(0)}) is None
+    done = {t: ex(0) for t in spec.tasks()}
+    assert decide(spec, done).state == "SUCCEEDED"
+
+
+def test_earliest_failure_is_named():
+    out = decide(job(), {Task("worker", 0): ex(3, t=5, tail=["boom"]), Task("ps", 0): ex(-9, t=2)})
+    assert (out.state, out.task, out.code) == ("FAILED", "ps:0", -9)
+    assert "killed by SIGKILL" in out.message
+    out = decide(job(), {Task("worker", 0): ex(3, t=5, tail=["boom"])})
+    assert out.tail == ("boom",) and "worker:0 exited with code 3" in out.message
+
+
+def test_failure_after_chief_success_does_not_fail_the_job():
+    out = decide(job(), {Task("chief", 0): ex(0, t=1), Task("worker", 0): ex(1, t=2)})
+    assert out.state == "SUCCEEDED"
+
+
+def test_stopped_by_someone_else_is_a_failure():
+    out = decide(job("tensorflow-worker"), {Task("worker", 1): ex(-15, stopped=True)})
+    assert out.state == "FAILED" and out.task == "worker:1"
+
+
+def test_registration_deadline_lists_missing_tasks(tmp_path):
+    store = kvmod.DirKV(str(tmp_path))
+    store.put(kvmod.addr_key(Task("ps", 0)), "127.0.0.1:1")
+    store.put(kvmod.exit_key(Task("ps", 0)), json.dumps(ex(0)))  # a ps that ended early
+    out = run(job(register_timeout_s=0.3), store)
+    assert out.state == "FAILED" and "never registered" in out.message
+    assert out.message.split("min: ")[1].startswith("chief:0, worker:0 (")
+    assert Outcome.from_json(store.get(kvmod.STATUS)) == out
+    assert store.get(kvmod.STOP) and store.get(kvmod.CLUSTER) is None
+
+
+def test_publishes_cluster_then_honours_kill(tmp_path):
+    store = kvmod.DirKV(str(tmp_path))
+    spec = job("tensorflow-worker")
+    for t in spec.tasks():
+        store.put(kvmod.addr_key(t), f"127.0.0.1:{1000 + t.index}")
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(out=run(spec, store)))
+    thread.start()
+    assert json.loads(store.wait(kvmod.CLUSTER, timeout=5)) == {
+        "worker": ["127.0.0.1:1000", "127.0.0.1:1001"]}
+    store.put(KILL, "test")
+    for t in spec.tasks():  # launchers answer the stop request
+        store.wait(kvmod.STOP, timeout=5)
+        store.put(kvmod.exit_key(t), json.dumps(ex(-15, stopped=True)))
+    thread.join(timeout=10)
+    assert result["out"].state == "KILLED" and "test" in result["out"].message
+    assert set(result["out"].tasks) == {"worker:0", "worker:1"}
+
+
+def test_timeout_fails_the_job(tmp_path):
+    store = kvmod.DirKV(str(tmp_path))
+    out = run(job(timeout_s=0.2), store)
+    assert out.state == "FAILED" and "--timeout" in out.message
