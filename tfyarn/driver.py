@@ -182,7 +182,19 @@ def run(spec: JobSpec, store: kvmod.KV) -> Outcome:
     tasks = stop_everything(spec, store, outcome)
     final = Outcome(outcome.state, outcome.message, outcome.task, outcome.code, outcome.tail, tasks)
     store.put(kvmod.STATUS, final.to_json())
+    if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
+        store.wait(kvmod.ACK, timeout=5.0)
     return final
+
+
+def format_tasks(tasks: Mapping[str, Mapping]) -> list[str]:
+    """One line per task: name, host, exit code and why it ended."""
+    lines = []
+    for name, t in tasks.items():
+        code = "-" if t.get("code") is None else str(t.get("code"))
+        note = f"stopped: {t.get('reason')}" if t.get("stopped") else (t.get("reason") or "")
+        lines.append(f"{name:<12} {t.get('host') or '-':<30} exit {code:<5} {note}".rstrip())
+    return lines
 
 
 def _trap_signals(watch: Watch) -> None:
@@ -200,7 +212,8 @@ def finish_yarn(store: kvmod.KV, outcome: Outcome) -> None:
         return
     diagnostics = outcome.message
     if outcome.tail:
-        diagnostics += "\nlast stderr lines:\n" + "\n".join(outcome.tail[-10:])
+        diagnostics += f"\nlast stderr lines of {outcome.task}:\n" + "\n".join(outcome.tail[-10:])
+    diagnostics += "\ntasks:\n" + "\n".join(format_tasks(outcome.tasks))
     try:
         app.shutdown(outcome.state, diagnostics)
     except Exception as exc:  # the master script's exit code still carries the status

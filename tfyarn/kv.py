@@ -18,6 +18,8 @@ CLUSTER = "cluster"  # the cluster spec JSON, put by the driver once every task 
 STOP = "stop"  # reason text; every launcher stops its user process when it appears
 STATUS = "status"  # the final status JSON, put by the driver last
 PHASE = "phase"  # what the driver is doing now: registering / running / stopping
+CLIENT = "client"  # put by a watching el_submit; the driver then waits for its ACK
+ACK = "status_ack"  # the client has read STATUS; the AM (and its store) may go
 POLL_S = 0.02
 
 

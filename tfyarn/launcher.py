@@ -29,6 +29,7 @@ from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task, task_env
 
 STDERR_TAIL_LINES = 20
+LINGER_S = 60.0  # wait this long for the driver's final status before exiting
 PR_SET_PDEATHSIG = 1
 
 
@@ -233,8 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = {"code": 1, "stopped": False, "tail": [f"tfyarn launcher error: {exc!r}"]}
         log(args.task, f"launcher error: {exc!r}")
     record["time"] = time.time()
-    kvmod.open_kv(args.store_url).put(kvmod.exit_key(args.task), json.dumps(record))
+    store = kvmod.open_kv(args.store_url)
+    store.put(kvmod.exit_key(args.task), json.dumps(record))
     log(args.task, f"exit code {record['code']}" + (" (stopped)" if record["stopped"] else ""))
+    # skein ends the application as soon as every service container has exited; staying
+    # until the driver has published its verdict keeps that verdict the final status.
+    store.wait(kvmod.STATUS, timeout=LINGER_S)
     return 0
 
 

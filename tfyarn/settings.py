@@ -19,6 +19,13 @@ class Settings:
     path: str = ""
     tmpdir: str | None = None
     keep_job_dir: bool = False
+    conf_file: str | None = None
+    home: str = "~"
+
+    def conf_files(self) -> tuple[str, ...]:
+        """Where site defaults (conf/tfyarn.yaml) are looked for, first found wins."""
+        user = os.path.join(self.home, ".config", "tfyarn", "tfyarn.yaml")
+        return tuple(p for p in (self.conf_file, user, "/etc/tfyarn/tfyarn.yaml") if p)
 
     @classmethod
     def from_environ(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -32,4 +39,6 @@ class Settings:
             path=e.get("PATH", ""),
             tmpdir=e.get("TMPDIR"),
             keep_job_dir=e.get("TFYARN_KEEP_JOB_DIR", "") not in ("", "0"),
+            conf_file=e.get("TFYARN_CONF"),
+            home=e.get("HOME", "~"),
         )

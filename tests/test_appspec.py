@@ -1,0 +1,190 @@
+"""JobSpec -> skein ApplicationSpec: read the generated spec, run the generated scripts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+
+import pytest
+import skein
+
+from tfyarn import appspec, yarn
+from tfyarn.errors import SpecError
+from tfyarn.jobspec import ElSubmitArgs, from_el_submit
+from tfyarn.settings import Settings
+
+
+def job(tmp_path, **kw):
+    kw.setdefault("command", ("python", "train.py"))
+    return from_el_submit(ElSubmitArgs(**kw), str(tmp_path))
+
+
+def build(spec, tmp_path, defaults=appspec.ClusterDefaults()):
+    stage_dir = tmp_path / "stage"
+    stage_dir.mkdir(exist_ok=True)
+    staged = yarn.stage(spec, str(stage_dir))
+    return staged, appspec.application_dict(spec, staged, defaults)
+
+
+def test_seed_job_spec(tmp_path):
+    (tmp_path / "census_single.py").write_text("print(1)\n")
+    spec = job(tmp_path, app_type="tensorflow-ps", app_name="wide_and_deep", exit_ps="True",
+               files="./", ps_num="1", ps_cores="1", ps_memory="2000", worker_num="1",
+               worker_cores="1", worker_gpus="1", worker_memory="2000", queue="ml",
+               node_label="gpu", am_memory="2g", tags=("team-a",))
+    _, app = build(spec, tmp_path)
+    assert set(app["services"]) == {"ps-0", "chief-0"}
+    chief, ps = app["services"]["chief-0"], app["services"]["ps-0"]
+    assert chief["resources"] == {"memory": 2000, "vcores": 1, "gpus": 1}
+    assert ps["resources"] == {"memory": 2000, "vcores": 1, "gpus": 0}
+    assert chief["instances"] == 1 and chief["max_restarts"] == 0 and chief["node_label"] == "gpu"
+    assert "--task chief:0 --kv skein:" in chief["script"]
+    assert "--task ps:0 --kv skein:" in ps["script"]
+    assert app["master"]["resources"] == {"memory": 2048, "vcores": 1}
+    assert "-m tfyarn.driver --job tfyarn-job.json --kv skein:" in app["master"]["script"]
+    assert (app["name"], app["queue"], app["tags"]) == ("wide_and_deep", "ml", ["team-a", "tfyarn"])
+    assert chief["files"][appspec.JOB_FILE]["type"] == "file"
+    assert app["max_attempts"] == 1
+    # skein itself accepts and round-trips it
+    spec_obj = skein.ApplicationSpec.from_dict(app)
+    assert skein.ApplicationSpec.from_yaml(spec_obj.to_yaml()) == spec_obj
+    assert spec_obj.services["chief-0"].resources.gpus == 1
+
+
+@pytest.mark.parametrize(("kw", "services"), [
+    ({"app_type": "tensorflow-ps", "ps_num": "2", "worker_num": "3"},
+     {"ps-0", "ps-1", "chief-0", "worker-0", "worker-1"}),
+    ({"app_type": "tensorflow-worker", "worker_num": "3"}, {"worker-0", "worker-1", "worker-2"}),
+    ({"app_type": "standalone"}, {"worker-0"}),
+])
+def test_every_app_type(tmp_path, kw, services):
+    _, app = build(job(tmp_path, **kw), tmp_path)
+    assert set(app["services"]) == services
+    for name, svc in app["services"].items():
+        task = name.replace("-", ":")
+        assert f"--task {task} " in svc["script"]  # the index is explicit, never derived
+    skein.ApplicationSpec.from_dict(app)
+
+
+def test_local_mode_uses_python_option(tmp_path):
+    _, app = build(job(tmp_path, python="/opt/py/bin/python3.11"), tmp_path)
+    script = app["services"]["chief-0"]["script"]
+    assert "exec /opt/py/bin/python3.11 -m tfyarn.launcher" in script
+    assert "VIRTUAL_ENV" not in script and "YARN_CONTAINER_RUNTIME_TYPE" not in str(app)
+
+
+def test_virtual_env_local_archive(tmp_path):
+    (tmp_path / "env.tar.gz").write_bytes(b"x")
+    _, app = build(job(tmp_path, mode="virtual-env", mode_arg="env.tar.gz"), tmp_path)
+    for section in (app["master"], app["services"]["chief-0"]):
+        assert section["files"]["env"] == {"source": str(tmp_path / "env.tar.gz"),
+                                           "type": "archive"}
+        assert 'PATH="$PWD/env/bin:$PATH"' in section["script"]
+        assert "exec ./env/bin/python -m tfyarn." in section["script"]
+
+
+def test_virtual_env_hdfs_archive_is_used_in_place(tmp_path):
+    spec = job(tmp_path, mode="virtual-env", mode_arg="hdfs:///envs/tf.tar.gz")
+    _, app = build(spec, tmp_path)
+    assert app["services"]["ps-0"]["files"]["env"]["source"] == "hdfs:///envs/tf.tar.gz"
+
+
+def test_docker_mode(tmp_path):
+    defaults = appspec.ClusterDefaults(docker_mounts=("/etc/hadoop/conf:/etc/hadoop/conf:ro",))
+    _, app = build(job(tmp_path, mode="docker", mode_arg="tf:2.21", env=("A=1",)), tmp_path,
+                   defaults)
+    env = app["services"]["chief-0"]["env"]
+    assert env["YARN_CONTAINER_RUNTIME_TYPE"] == "docker"
+    assert env["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] == "tf:2.21"
+    assert env["YARN_CONTAINER_RUNTIME_DOCKER_CONTAINER_NETWORK"] == "host"
+    assert env["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] == "/etc/hadoop/conf:/etc/hadoop/conf:ro"
+    assert env["A"] == "1"
+    assert "YARN_CONTAINER_RUNTIME_TYPE" not in app["master"]["env"]  # the AM stays on the node
+
+
+def test_staging_files_and_dirs(tmp_path):
+    proj = tmp_path / "proj"
+    (proj / "pkg").mkdir(parents=True)
+    (proj / "pkg" / "m.py").write_text("m")
+    (proj / "top.py").write_text("t")
+    (proj / ".git").mkdir()
+    (proj / ".git" / "HEAD").write_text("ref")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "d.csv").write_text("1,2")
+    spec = job(proj, files="./,../data,top.py")
+    staged, app = build(spec, tmp_path)
+    files = app["services"]["chief-0"]["files"]
+    assert files["top.py"] == {"source": str(proj / "top.py"), "type": "file"}
+    assert files["data"]["type"] == "archive" and files[".tfyarn-files-0"]["type"] == "archive"
+    assert staged.link_contents == (".tfyarn-files-0",)
+    with tarfile.open(files[".tfyarn-files-0"]["source"]) as tar:
+        assert sorted(tar.getnames()) == ["pkg/m.py", "top.py"]  # .git excluded
+    with tarfile.open(files["data"]["source"]) as tar:
+        assert tar.getnames() == ["d.csv"]
+
+
+def test_upload_limit_and_force(tmp_path):
+    (tmp_path / "big.bin").write_bytes(b"0" * (2 * 1024 * 1024))
+    spec = job(tmp_path, files="big.bin")
+    limited = spec.__class__(**{**spec.__dict__, "yarn": spec.yarn.__class__(max_upload_mb=1)})
+    with pytest.raises(SpecError, match="--force"):
+        build(limited, tmp_path)
+    assert build(job(tmp_path, files="big.bin", force=True), tmp_path)[0].resources
+
+
+def bash(script: str, cwd, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True)
+
+
+def test_hadoop_env_with_a_hadoop_install(tmp_path):
+    home, java = tmp_path / "hadoop", tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "hadoop").write_text('#!/bin/sh\n[ "$1 $2" = "classpath --glob" ] && '
+                                         'echo /h/share/a.jar:/h/etc\n')
+    (home / "bin" / "hadoop").chmod(0o755)
+    (java / "lib" / "server").mkdir(parents=True)
+    (java / "lib" / "server" / "libjvm.so").write_text("")
+    out = bash(appspec.HADOOP_ENV + 'echo "$CLASSPATH|$LD_LIBRARY_PATH|$HADOOP_HDFS_HOME"',
+               tmp_path, {"PATH": "/usr/bin:/bin", "HADOOP_HOME": str(home),
+                          "JAVA_HOME": str(java), "LD_LIBRARY_PATH": "/x"})
+    assert out.stdout.strip() == (f"/h/share/a.jar:/h/etc|{java}/lib/server:{home}/lib/native:/x"
+                                  f"|{home}")
+
+
+def test_hadoop_env_without_hadoop_is_quiet(tmp_path):
+    out = bash("set -u\n" + appspec.HADOOP_ENV + 'echo "[${CLASSPATH:-}]"', tmp_path,
+               {"PATH": "/usr/bin:/bin"})
+    assert (out.returncode, out.stdout.strip(), out.stderr) == (0, "[]", "")
+
+
+def test_link_contents_puts_the_dir_in_the_working_dir(tmp_path):
+    src = tmp_path / ".tfyarn-files-0"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.py").write_text("a")
+    (src / ".hidden").write_text("h")
+    (tmp_path / "a.py").write_text("already here wins")
+    out = bash(appspec.link_contents((".tfyarn-files-0",)), tmp_path, {"PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0, out.stderr
+    assert os.path.islink(tmp_path / "sub") and os.path.islink(tmp_path / ".hidden")
+    assert (tmp_path / "a.py").read_text() == "already here wins"
+
+
+def test_check_python_says_what_is_missing(tmp_path):
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    bad = bash(appspec.check_python(str(venv / "bin" / "python"), "worker:1"), tmp_path,
+               {"PATH": "/usr/bin:/bin"})
+    assert bad.returncode == 1 and "worker:1: cannot import tfyarn and skein" in bad.stderr
+    good = bash(appspec.check_python(sys.executable, "worker:1") + "echo ok", tmp_path,
+                {"PATH": "/usr/bin:/bin"})
+    assert good.stdout.strip() == "ok"
+
+
+def test_site_defaults_from_conf_file(tmp_path):
+    conf = tmp_path / "tfyarn.yaml"
+    conf.write_text("docker:\n  network: bridge\n  mounts: [/a:/a:ro]\nenv:\n  X: 1\n")
+    d = yarn.load_defaults(Settings(conf_file=str(conf), home=str(tmp_path)))
+    assert d == appspec.ClusterDefaults("bridge", ("/a:/a:ro",), {"X": "1"})
+    assert yarn.load_defaults(Settings(home=str(tmp_path))) == appspec.ClusterDefaults()

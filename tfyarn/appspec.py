@@ -1,0 +1,177 @@
+"""JobSpec -> skein ApplicationSpec, as a pure function of the job and what was staged.
+
+The ApplicationMaster runs the driver (`master.script`); every TF task gets its own
+skein service (`ps-0`, `chief-0`, `worker-1`, ...) with one instance, so the launcher is
+told its task index explicitly in its script: skein renumbers restarted containers, and
+an index derived from the container would silently change a task's identity.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfyarn.jobspec import JobSpec
+from tfyarn.tfconfig import Task
+
+JOB_FILE = "tfyarn-job.json"
+ENV_DIR = "env"
+APP_TAG = "tfyarn"
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What the client prepared locally: the job JSON and each `-f` entry as a resource.
+
+    `resources` maps a container-local name to (source, "file" | "archive");
+    `link_contents` names archives whose contents belong in the working dir itself
+    (`-f ./`), which YARN localization cannot do on its own.
+    """
+
+    job_json: str
+    resources: tuple[tuple[str, str, str], ...] = ()
+    link_contents: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ClusterDefaults:
+    """Site settings from conf/tfyarn.yaml that the job flags do not carry."""
+
+    docker_network: str = "host"
+    docker_mounts: tuple[str, ...] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+def service_name(task: Task) -> str:
+    return f"{task.type}-{task.index}"
+
+
+HADOOP_ENV = r"""# Hadoop client env so TF can read hdfs:// (skipped quietly when no hadoop here)
+HADOOP_BIN="${HADOOP_HOME:-${HADOOP_COMMON_HOME:-/nonexistent}}/bin/hadoop"
+[ -x "$HADOOP_BIN" ] || HADOOP_BIN="$(command -v hadoop 2>/dev/null || true)"
+if [ -n "$HADOOP_BIN" ] && [ -x "$HADOOP_BIN" ]; then
+  HADOOP_HOME="${HADOOP_HOME:-$(cd "$(dirname "$HADOOP_BIN")/.." && pwd)}"
+  export HADOOP_HOME
+  export HADOOP_HDFS_HOME="${HADOOP_HDFS_HOME:-$HADOOP_HOME}"
+  CLASSPATH="$("$HADOOP_BIN" classpath --glob 2>/dev/null)${CLASSPATH:+:$CLASSPATH}"
+  export CLASSPATH
+  JVM_LIB="$(find -L "${JAVA_HOME:-/nonexistent}" -name libjvm.so 2>/dev/null | head -n 1)"
+  NATIVE="$HADOOP_HOME/lib/native"
+  LD_LIBRARY_PATH="${JVM_LIB:+$(dirname "$JVM_LIB"):}$NATIVE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH
+fi
+"""
+
+
+def python_for(spec: JobSpec) -> str:
+    if spec.runtime.mode == "virtual-env":
+        return f"./{ENV_DIR}/bin/python"
+    return spec.runtime.python
+
+
+def runtime_setup(spec: JobSpec) -> str:
+    """Activate a shipped env before anything runs (-m virtual-env)."""
+    if spec.runtime.mode != "virtual-env":
+        return ""
+    return (f'export VIRTUAL_ENV="$PWD/{ENV_DIR}" PATH="$PWD/{ENV_DIR}/bin:$PATH"\n'
+            f'[ -x "{ENV_DIR}/bin/conda-unpack" ] && "{ENV_DIR}/bin/conda-unpack"\n'
+            "unset PYTHONHOME\n")
+
+
+def link_contents(names: tuple[str, ...]) -> str:
+    """`-f ./`: put each unpacked archive's top-level entries into the working dir."""
+    lines = []
+    for name in names:
+        q = shlex.quote(name)
+        lines.append(f'for p in {q}/* {q}/.[!.]*; do [ -e "$p" ] && [ ! -e "$(basename "$p")" ]'
+                     ' && ln -s "$p" .; done')
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def check_python(py: str, what: str) -> str:
+    """Fail the container at once, saying why, when tfyarn cannot run there."""
+    q = shlex.quote(py)
+    return (f"if ! {q} -c 'import tfyarn, skein' 2>/dev/null; then\n"
+            f'  echo "tfyarn: {what}: cannot import tfyarn and skein with {py} on $(hostname):'
+            ' install tfyarn on every node (-m local, see --python), pack it into the env'
+            ' (-m virtual-env) or the image (-m docker)" >&2\n  exit 1\nfi\n')
+
+
+def task_script(spec: JobSpec, task: Task, staged: Staged) -> str:
+    py = python_for(spec)
+    return ("set -u\n" + HADOOP_ENV + runtime_setup(spec) + link_contents(staged.link_contents)
+            + check_python(py, str(task))
+            + f"exec {shlex.quote(py)} -m tfyarn.launcher --job {JOB_FILE} "
+              f"--task {task} --kv skein:\n")
+
+
+def driver_script(spec: JobSpec) -> str:
+    py = spec.runtime.python if spec.runtime.mode == "docker" else python_for(spec)
+    return ("set -u\n" + runtime_setup(spec) + check_python(py, "driver")
+            + f"exec {shlex.quote(py)} -m tfyarn.driver --job {JOB_FILE} --kv skein:\n")
+
+
+def files_dict(staged: Staged, with_env: str | None) -> dict[str, dict[str, str]]:
+    files = {JOB_FILE: {"source": staged.job_json, "type": "file"}}
+    for name, source, kind in staged.resources:
+        files[name] = {"source": source, "type": kind}
+    if with_env:
+        files[ENV_DIR] = {"source": with_env, "type": "archive"}
+    return files
+
+
+def task_env(spec: JobSpec, defaults: ClusterDefaults) -> dict[str, str]:
+    env = {**defaults.extra_env, **dict(spec.env), "PYTHONUNBUFFERED": "1"}
+    if spec.runtime.mode == "docker":
+        env["YARN_CONTAINER_RUNTIME_TYPE"] = "docker"
+        env["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] = spec.runtime.arg or ""
+        env["YARN_CONTAINER_RUNTIME_DOCKER_CONTAINER_NETWORK"] = defaults.docker_network
+        if defaults.docker_mounts:
+            env["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] = ",".join(defaults.docker_mounts)
+    return env
+
+
+def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -> dict[str, Any]:
+    """The skein ApplicationSpec as a plain dict (pure: no I/O, no skein import)."""
+    env_archive = spec.runtime.arg if spec.runtime.mode == "virtual-env" else None
+    files = files_dict(staged, env_archive)
+    services = {}
+    for role in spec.roles:
+        res = role.resources
+        for i in range(role.instances):
+            task = Task(role.name, i)
+            services[service_name(task)] = {
+                "instances": 1,
+                "max_restarts": 0,
+                "resources": {"memory": res.memory_mb, "vcores": res.vcores, "gpus": res.gpus},
+                "files": files,
+                "env": task_env(spec, defaults),
+                "script": task_script(spec, task, staged),
+            }
+            if spec.yarn.node_label:
+                services[service_name(task)]["node_label"] = spec.yarn.node_label
+    master_files = files_dict(Staged(staged.job_json), env_archive)
+    app: dict[str, Any] = {
+        "name": spec.name,
+        "tags": sorted({APP_TAG, *spec.yarn.tags}),
+        "max_attempts": 1,
+        "master": {
+            "resources": {"memory": spec.yarn.am_memory_mb, "vcores": spec.yarn.am_vcores},
+            "files": master_files,
+            "env": {**defaults.extra_env, "PYTHONUNBUFFERED": "1"},
+            "script": driver_script(spec),
+        },
+        "services": services,
+    }
+    if spec.yarn.queue:
+        app["queue"] = spec.yarn.queue
+    return app
+
+
+def application_spec(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -> Any:
+    """The same, as a validated skein.ApplicationSpec."""
+    import skein
+
+    return skein.ApplicationSpec.from_dict(application_dict(spec, staged, defaults))
