@@ -21,11 +21,11 @@ def job(tmp_path, **kw):
     return from_el_submit(ElSubmitArgs(**kw), str(tmp_path))
 
 
-def build(spec, tmp_path, defaults=appspec.ClusterDefaults()):
+def build(spec, tmp_path, defaults: appspec.ClusterDefaults | None = None):
     stage_dir = tmp_path / "stage"
     stage_dir.mkdir(exist_ok=True)
     staged = yarn.stage(spec, str(stage_dir))
-    return staged, appspec.application_dict(spec, staged, defaults)
+    return staged, appspec.application_dict(spec, staged, defaults or appspec.ClusterDefaults())
 
 
 def test_seed_job_spec(tmp_path):

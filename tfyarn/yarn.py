@@ -226,6 +226,7 @@ class Watcher:
     outcome: Outcome | None = None
 
     def run(self) -> int:
+        start = time.monotonic()
         while True:
             rep = report(self.client, self.app_id)
             self._state(rep)
@@ -233,7 +234,17 @@ class Watcher:
                 return self._final(rep)
             if str(rep.state) == "RUNNING":
                 self._progress()
+            elif time.monotonic() - start > self.spec.register_timeout_s:
+                self._never_started()
             time.sleep(POLL_S)
+
+    def _never_started(self) -> None:
+        """The AM never ran, so no driver enforces -wait_time: the client does."""
+        self.client.kill_application(self.app_id)
+        minutes = self.spec.register_timeout_s / 60
+        raise JobFailed(f"{self.app_id} was still {self.state} after -wait_time {minutes:g} min: "
+                        "YARN never started its ApplicationMaster (queue full or AM resources too "
+                        f"large?); it was killed. See: yarn application -status {self.app_id}")
 
     def _state(self, rep: Any) -> None:
         state = str(rep.state)

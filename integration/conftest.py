@@ -1,0 +1,97 @@
+"""Integration fixtures: real YARN at $HADOOP_CONF_DIR; opt-in with `pytest integration --yarn`.
+
+Every application a test submits is killed at teardown if still alive, and its
+`yarn logs` are printed when the test failed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data" / "adult"
+APP_ID = re.compile(r"^application_\d+_\d+$")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--yarn", action="store_true", help="run tests against a real YARN cluster")
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--yarn"):
+        if not os.environ.get("HADOOP_CONF_DIR"):
+            raise pytest.UsageError("--yarn needs HADOOP_CONF_DIR (see integration/README.md)")
+        return
+    skip = pytest.mark.skip(reason="needs a YARN cluster: pytest integration --yarn")
+    for item in items:
+        item.add_marker(skip)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    setattr(item, f"rep_{call.when}", outcome.get_result())
+
+
+def yarn_cli(*args: str, timeout: float = 120) -> str:
+    out = subprocess.run(["yarn", *args], capture_output=True, text=True, timeout=timeout)
+    return out.stdout + out.stderr
+
+
+def final_state(app_id: str) -> str:
+    """`FINISHED/SUCCEEDED`, `KILLED/KILLED`, ... from yarn application -status."""
+    text = yarn_cli("application", "-status", app_id)
+    state = re.search(r"^\s*State : (\S+)", text, re.M)
+    final = re.search(r"^\s*Final-State : (\S+)", text, re.M)
+    return f"{state and state.group(1)}/{final and final.group(1)}"
+
+
+def aggregated_logs(app_id: str, task: str | None = None, wait_s: float = 90) -> str:
+    """tfyarn logs, retried while log aggregation catches up."""
+    cmd = [sys.executable, "-m", "tfyarn", "logs", app_id] + (["--task", task] if task else [])
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip() and "is running" not in out.stdout:
+            return out.stdout
+        if time.monotonic() > deadline:
+            return out.stdout + out.stderr
+        time.sleep(3)
+
+
+@pytest.fixture
+def apps(request):
+    """Application ids a test created; killed afterwards, logs printed on failure."""
+    ids: list[str] = []
+    yield ids
+    failed = getattr(request.node, "rep_call", None) and request.node.rep_call.failed
+    for app_id in ids:
+        if "RUNNING" in final_state(app_id) or "ACCEPTED" in final_state(app_id):
+            yarn_cli("application", "-kill", app_id)
+        if failed:
+            print(f"\n===== yarn logs -applicationId {app_id} =====")
+            print(yarn_cli("logs", "-applicationId", app_id, timeout=300)[-20000:])
+
+
+@pytest.fixture
+def el_submit(apps, tmp_path):
+    """Run el_submit (no --local) with the node's python = this interpreter (-m local)."""
+
+    def run(*args: str, cwd: Path | None = None, timeout: float = 900):
+        cmd = [sys.executable, "-m", "tfyarn.cli", *args[:args.index("-c")],
+               "--python", sys.executable, *args[args.index("-c"):]]
+        out = subprocess.run(cmd, cwd=cwd or tmp_path, capture_output=True, text=True,
+                             timeout=timeout)
+        app_id = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
+        if APP_ID.match(app_id):
+            apps.append(app_id)
+        return out, app_id
+
+    return run
