@@ -152,3 +152,12 @@ def test_user_process_killed_by_signal_is_named(el_submit):
                     'if [ "$TFYARN_TASK_INDEX" = 1 ]; then kill -9 $$; fi; sleep 30')
     assert out.returncode == 1
     assert "worker:1 was killed by SIGKILL" in out.stderr
+
+
+def test_broken_env_archive_leaves_nothing(el_submit, tmp_path):
+    (tmp_path / "env.tar.gz").write_text("not a tarball")
+    out = el_submit("-t", "standalone", "-m", "virtual-env", "-m_arg", "env.tar.gz", "--local",
+                    "-c", "true")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("Error: -m_arg: cannot unpack")
+    assert list(el_submit.tmpdir.iterdir()) == []

@@ -123,18 +123,27 @@ class JobDir:
 
 
 def prepare(spec: JobSpec, settings: Settings, job_id: str) -> tuple[JobDir, str]:
-    """Create the job dir, stage files into every task dir; returns (dir, PATH prefix)."""
+    """Create the job dir and stage everything; returns (dir, PATH prefix). A failure or
+    Ctrl-C half-way leaves no job dir behind."""
+    filesmod.check_size(spec.files, spec.yarn.max_upload_mb)
     jd = JobDir(tempfile.mkdtemp(prefix=f"tfyarn-{job_id}-", dir=settings.tmpdir))
+    try:
+        return jd, _fill(spec, jd)
+    except BaseException:
+        shutil.rmtree(jd.root, ignore_errors=True)
+        raise
+
+
+def _fill(spec: JobSpec, jd: JobDir) -> str:
     os.makedirs(os.path.join(jd.root, "logs"))
-    filesmod.check_size(spec.files, spec.yarn.max_upload_mb, skip=[jd.root])
     for task in spec.tasks():
         os.makedirs(jd.task_dir(task))
         filesmod.stage(spec.files, jd.task_dir(task), skip=[jd.root])
     with open(jd.job_json, "w", encoding="utf-8") as f:
         f.write(spec.to_json())
     if spec.runtime.mode == "virtual-env":
-        return jd, unpack_env(spec.runtime.arg or "", os.path.join(jd.root, "env"))
-    return jd, os.path.dirname(sys.executable)
+        return unpack_env(spec.runtime.arg or "", os.path.join(jd.root, "env"))
+    return os.path.dirname(sys.executable)
 
 
 # ---------------------------------------------------------------- processes
@@ -289,7 +298,8 @@ class LocalJob:
         except KeyboardInterrupt:
             say("interrupted: stopping every task (Ctrl-C again to kill at once)")
             kvmod.open_kv(jd.kv_url).put(KILL, "interrupted by the user (Ctrl-C)")
-            driver.popen.wait(timeout=self.spec.stop_grace_s + 15.0)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # then everything is killed
+                driver.popen.wait(timeout=self.spec.stop_grace_s + 15.0)
             return True
 
     def _finish(self, jd: JobDir, interrupted: bool) -> Outcome:
