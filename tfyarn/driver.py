@@ -205,11 +205,9 @@ def _trap_signals(watch: Watch) -> None:
         signal.signal(sig, handler)
 
 
-def finish_yarn(store: kvmod.KV, outcome: Outcome) -> None:
+def finish_yarn(store: kvmod.SkeinKV, outcome: Outcome) -> None:
     """On YARN, hand the final status and a diagnostics line naming the task to the AM."""
-    app = getattr(store, "app", None)
-    if app is None:
-        return
+    app = store.app
     diagnostics = outcome.message
     if outcome.tail:
         diagnostics += f"\nlast stderr lines of {outcome.task}:\n" + "\n".join(outcome.tail[-10:])
@@ -229,7 +227,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = JobSpec.from_json(f.read())
     store = kvmod.open_kv(ns.kv)
     outcome = run(spec, store)
-    finish_yarn(store, outcome)
+    if isinstance(store, kvmod.SkeinKV):
+        finish_yarn(store, outcome)  # the AM's shutdown ends the lingering launchers
+    else:
+        store.put(kvmod.RELEASE, outcome.state)
     return EXIT_CODES[outcome.state]
 
 

@@ -20,6 +20,7 @@ STATUS = "status"  # the final status JSON, put by the driver last
 PHASE = "phase"  # what the driver is doing now: registering / running / stopping
 CLIENT = "client"  # put by a watching el_submit; the driver then waits for its ACK
 ACK = "status_ack"  # the client has read STATUS; the AM (and its store) may go
+RELEASE = "release"  # local mode: launchers may exit (on YARN the AM's shutdown ends them)
 POLL_S = 0.02
 
 

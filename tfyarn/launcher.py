@@ -29,7 +29,7 @@ from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task, task_env
 
 STDERR_TAIL_LINES = 20
-LINGER_S = 60.0  # wait this long for the driver's final status before exiting
+LINGER_S = 60.0  # at most this long, wait to be released by the driver before exiting
 PR_SET_PDEATHSIG = 1
 
 
@@ -237,9 +237,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = kvmod.open_kv(args.store_url)
     store.put(kvmod.exit_key(args.task), json.dumps(record))
     log(args.task, f"exit code {record['code']}" + (" (stopped)" if record["stopped"] else ""))
-    # skein ends the application as soon as every service container has exited; staying
-    # until the driver has published its verdict keeps that verdict the final status.
-    store.wait(kvmod.STATUS, timeout=LINGER_S)
+    # skein ends an application as "succeeded" once every service container has exited;
+    # staying until the driver has set the final status (its shutdown ends this container)
+    # keeps the driver's verdict, and its diagnostics, the application's final status.
+    store.wait(kvmod.RELEASE, timeout=LINGER_S)
     return 0
 
 
