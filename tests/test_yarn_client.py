@@ -105,3 +105,37 @@ def test_task_tables(tmp_path):
     live = yarn.live_tasks(store)
     assert [x.split() for x in live] == [["chief:0", "n2:2", "running"],
                                          ["ps:0", "n1:1", "exit", "0"]]
+
+
+def test_watcher_progress_and_final_status(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    from tfyarn.errors import JobFailed
+    from tfyarn.jobspec import JobSpec, Resources, Role
+
+    spec = JobSpec("t", "tensorflow-ps", (Role("ps", 1, Resources(1024, 1)),
+                                          Role("chief", 1, Resources(1024, 1))), "true")
+    store = kvmod.DirKV(str(tmp_path))
+    w = yarn.Watcher(client=None, app_id="application_1_0002", spec=spec)
+    store.put(kvmod.addr_key(Task("ps", 0)), "n1:1")
+    w._read_store(store)
+    store.put(kvmod.addr_key(Task("chief", 0)), "n1:2")
+    store.put(kvmod.PHASE, "running")
+    w._read_store(store)
+    w._read_store(store)  # nothing new: nothing printed twice
+    err = capsys.readouterr().err
+    assert err.count("tasks registered") == 2 and "tasks registered 2/2" in err
+    assert err.count("training") == 1
+    outcome = Outcome("FAILED", "chief:0 exited with code 2", "chief:0", 2, ("oops",),
+                      {"chief:0": {"host": "n1", "code": 2}})
+    store.put(kvmod.STATUS, outcome.to_json())
+    w._read_store(store)
+    assert w.outcome == outcome and store.get(kvmod.ACK) == "1"
+    with pytest.raises(JobFailed) as failed:
+        w._final(SimpleNamespace(final_status="FAILED", diagnostics=""))
+    assert failed.value.exit_code == 1 and "--task chief:0" in str(failed.value)
+    assert "chief:0      n1" in capsys.readouterr().err
+    w.outcome = None
+    with pytest.raises(JobFailed) as killed:
+        w._final(SimpleNamespace(final_status="KILLED", diagnostics="Killed by user"))
+    assert killed.value.exit_code == 3

@@ -197,9 +197,8 @@ def user_argv(a: LaunchArgs, env_keys: Sequence[str], job_id: str) -> list[str]:
     return ["/bin/sh", "-c", a.job.command]
 
 
-def run_task(a: LaunchArgs, settings: Settings, flag: StopFlag) -> dict:
+def run_task(a: LaunchArgs, settings: Settings, flag: StopFlag, store: kvmod.KV) -> dict:
     """Register, wait for the cluster, run the command; returns the exit record."""
-    store = kvmod.open_kv(a.store_url)
     sock = reserve_port()
     host = settings.advertise_host or socket.getfqdn()
     addr = f"{host}:{sock.getsockname()[1]}"
@@ -228,13 +227,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     flag = StopFlag()
     install_signal_handlers(flag)
     settings = Settings.from_environ()
+    store = kvmod.open_kv(args.store_url)
     try:
-        record = run_task(args, settings, flag)
+        record = run_task(args, settings, flag, store)
     except Exception as exc:  # a broken launcher must still tell the driver why
         record = {"code": 1, "stopped": False, "tail": [f"tfyarn launcher error: {exc!r}"]}
         log(args.task, f"launcher error: {exc!r}")
     record["time"] = time.time()
-    store = kvmod.open_kv(args.store_url)
     store.put(kvmod.exit_key(args.task), json.dumps(record))
     log(args.task, f"exit code {record['code']}" + (" (stopped)" if record["stopped"] else ""))
     # skein ends an application as "succeeded" once every service container has exited;

@@ -222,7 +222,10 @@ class Watcher:
     spec: JobSpec
     state: str = ""
     store: kvmod.SkeinKV | None = None
-    seen: dict[str, Any] = field(default_factory=dict)
+    tracking_shown: bool = False
+    registered: int = -1
+    phase: str | None = None
+    started: set[str] = field(default_factory=set)
     outcome: Outcome | None = None
 
     def run(self) -> int:
@@ -251,8 +254,8 @@ class Watcher:
         if state != self.state:
             self.state = state
             say(f"{self.app_id}: {state}")
-        if rep.tracking_url and not self.seen.get("tracking"):
-            self.seen["tracking"] = True
+        if rep.tracking_url and not self.tracking_shown:
+            self.tracking_shown = True
             say(f"tracking URL: {rep.tracking_url}")
 
     def _progress(self) -> None:
@@ -270,18 +273,17 @@ class Watcher:
         keys = store.scan("task/")
         n = len(self.spec.tasks())
         registered = sum(k.endswith("/addr") for k in keys)
-        if registered != self.seen.get("registered"):
-            self.seen["registered"] = registered
+        if registered != self.registered:
+            self.registered = registered
             say(f"tasks registered {registered}/{n}")
         phase = store.get(kvmod.PHASE)
-        if phase != self.seen.get("phase") and phase:
-            self.seen["phase"] = phase
+        if phase and phase != self.phase:
+            self.phase = phase
             say({"running": "training", "stopping": "finishing"}.get(phase, phase))
-        started = sorted(k.split("/")[1] for k in keys if k.endswith("/started"))
-        for task in started:
-            if task not in self.seen:
-                self.seen[task] = True
-                self._print_log_url(task)
+        started = {k.split("/")[1] for k in keys if k.endswith("/started")}
+        for task in sorted(started - self.started):
+            self._print_log_url(task)
+        self.started |= started
         raw = store.get(kvmod.STATUS)
         if raw and self.outcome is None:
             self.outcome = Outcome.from_json(raw)
