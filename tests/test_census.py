@@ -66,3 +66,13 @@ def test_synthetic_standalone(el_submit, tmp_path):
                     "-c", "python census_single.py --synthetic", timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert re.search(r"^\[worker:0\] eval_accuracy=0\.[7-9]\d+$", out.stderr, re.M)
+
+
+def test_multi_worker_mirrored(el_submit, workdir):
+    out = el_submit("-t", "tensorflow-worker", "-wn", "2", "-f", "./", "--local",
+                    "-c", "python", "census_single.py", "--epochs", "3", cwd=workdir, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    found = dict(re.findall(r"^\[(worker:\d)\] eval_accuracy=(\d\.\d+)$", out.stderr, re.M))
+    assert set(found) == {"worker:0", "worker:1"}
+    assert found["worker:0"] == found["worker:1"]  # one synchronized model, not two copies
+    assert float(found["worker:0"]) >= 0.83

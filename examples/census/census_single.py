@@ -5,7 +5,8 @@ One script, every way el_submit runs it:
   - -t tensorflow-ps with workers: the chief drives ParameterServerStrategy through a
     ClusterCoordinator custom loop (Keras 3 `model.fit` does not work under PSS), ps and
     workers serve until tfyarn stops them (-x True);
-  - -t tensorflow-ps -wn 1 (chief + ps, no workers): trains on the chief.
+  - -t tensorflow-ps -wn 1 (chief + ps, no workers): trains on the chief;
+  - -t tensorflow-worker -wn N: MultiWorkerMirroredStrategy custom loop on every worker.
 Reads adult.data / adult.test from the working dir or --data-dir (anything tf.io.gfile
 opens, hdfs:// included). Prints `eval_accuracy=0.xxxx` on its own line at the end.
 """
@@ -239,6 +240,26 @@ def train_ps(args, enc, train, labels, resolver):
     return model
 
 
+def train_mwms(args, enc, train, labels):
+    """tensorflow-worker with 2+ workers: MultiWorkerMirroredStrategy + strategy.run
+    (Keras 3 `model.fit` fails under MWMS with 2+ workers). Every worker runs every step."""
+    import keras
+    import tensorflow as tf
+
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    with strategy.scope():
+        model = build_model(enc)
+        optimizer = keras.optimizers.Adam(args.learning_rate)
+        optimizer.build(model.trainable_variables)
+    per_replica = args.batch_size // strategy.num_replicas_in_sync
+    ds = dataset(train, labels, per_replica * strategy.num_replicas_in_sync, repeat=True)
+    it = iter(strategy.experimental_distribute_dataset(ds))
+    step = make_step(strategy, model, optimizer, args.batch_size)
+    for _ in range(args.epochs * (len(labels) // args.batch_size)):
+        step(it)
+    return model
+
+
 def serve(resolver) -> None:
     """ps / worker of a tensorflow-ps job: serve until tfyarn stops this task."""
     import tensorflow as tf
@@ -265,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     (train, labels), (test, test_labels) = enc.transform(train_rows), enc.transform(test_rows)
     if "ps" in cluster and cluster.get("worker"):
         model = train_ps(args, enc, train, labels, resolver)
+    elif "ps" not in cluster and len(cluster.get("worker", [])) > 1:
+        model = train_mwms(args, enc, train, labels)
     else:
         model = train_here(args, enc, train, labels)
     print(f"trained on {len(labels)} rows, evaluated on {len(test_labels)}", flush=True)
