@@ -137,21 +137,20 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
     """The skein ApplicationSpec as a plain dict (pure: no I/O, no skein import)."""
     env_archive = spec.runtime.arg if spec.runtime.mode == "virtual-env" else None
     files = files_dict(staged, env_archive)
+    env = task_env(spec, defaults)
+    label = {"node_label": spec.yarn.node_label} if spec.yarn.node_label else {}
     services = {}
-    for role in spec.roles:
-        res = role.resources
-        for i in range(role.instances):
-            task = Task(role.name, i)
-            services[service_name(task)] = {
-                "instances": 1,
-                "max_restarts": 0,
-                "resources": {"memory": res.memory_mb, "vcores": res.vcores, "gpus": res.gpus},
-                "files": files,
-                "env": task_env(spec, defaults),
-                "script": task_script(spec, task, staged),
-            }
-            if spec.yarn.node_label:
-                services[service_name(task)]["node_label"] = spec.yarn.node_label
+    for task in spec.tasks():
+        res = spec.role(task.type).resources
+        services[service_name(task)] = {
+            "instances": 1,
+            "max_restarts": 0,
+            "resources": {"memory": res.memory_mb, "vcores": res.vcores, "gpus": res.gpus},
+            "files": files,
+            "env": env,
+            "script": task_script(spec, task, staged),
+            **label,
+        }
     master_files = files_dict(Staged(staged.job_json), env_archive)
     app: dict[str, Any] = {
         "name": spec.name,

@@ -81,7 +81,7 @@ def _options(fn: Callable) -> Callable:
     "Exit codes: 0 succeeded, 1 failed, 2 bad input, 3 killed, 130 interrupted. "
     "stdout carries only the job/application id; progress and task output go to stderr."))
 @_options
-@click.option("-c", "command_marker", metavar="COMMAND...", hidden=False,
+@click.option("-c", "command_marker", metavar="COMMAND...",
               help="the command to run; takes the rest of the line verbatim, quoted or not")
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
               help="environment variable for every task (repeatable)")

@@ -41,6 +41,14 @@ class Outcome:
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
+    def describe(self, job: str, state: str | None = None) -> list[str]:
+        """`JOB STATE: message`, then the deciding task's last stderr lines."""
+        lines = [f"{job} {state or self.state}: {self.message}"]
+        if self.tail:
+            lines.append(f"last stderr lines of {self.task}:")
+            lines += [f"  {line}" for line in self.tail[-10:]]
+        return lines
+
     @classmethod
     def from_json(cls, text: str) -> Outcome:
         d = json.loads(text)

@@ -21,6 +21,9 @@ class EnvironmentMissing(TfYarnError):
     exit_code = 2
 
 
+INTERRUPT_EXIT = 130  # Ctrl-C (and SIGTERM to the client): every task stopped / app killed
+
+
 class JobFailed(TfYarnError):
     """The job ran and did not succeed; the message names the task and what to run next."""
 

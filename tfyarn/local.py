@@ -26,12 +26,10 @@ from typing import IO
 from tfyarn import files as filesmod
 from tfyarn import kv as kvmod
 from tfyarn.driver import KILL, Outcome
-from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError
+from tfyarn.errors import INTERRUPT_EXIT, EnvironmentMissing, JobFailed, SpecError
 from tfyarn.jobspec import JobSpec
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task
-
-INTERRUPT_EXIT = 130
 
 
 def say(msg: str) -> None:
@@ -319,10 +317,7 @@ class LocalJob:
 
 
 def failure_message(job_id: str, outcome: Outcome, jd: JobDir) -> str:
-    lines = [f"job {job_id} {outcome.state}: {outcome.message}"]
-    if outcome.tail:
-        lines.append(f"last stderr lines of {outcome.task}:")
-        lines += [f"  {line}" for line in outcome.tail[-10:]]
+    lines = outcome.describe(f"job {job_id}")
     where = jd.log_path(outcome.task) if outcome.task else os.path.join(jd.root, "logs")
     lines.append(f"full log: less {where}")
     return "\n".join(lines)

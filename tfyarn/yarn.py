@@ -23,14 +23,19 @@ from tfyarn import appspec
 from tfyarn import files as filesmod
 from tfyarn import kv as kvmod
 from tfyarn.driver import EXIT_CODES, KILL, Outcome, format_tasks
-from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError, TfYarnError
+from tfyarn.errors import (
+    INTERRUPT_EXIT,
+    EnvironmentMissing,
+    JobFailed,
+    SpecError,
+    TfYarnError,
+)
 from tfyarn.jobspec import JobSpec
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 POLL_S = 1.0
-INTERRUPT_EXIT = 130
 NO_HADOOP = ("no Hadoop client here: skein needs the `yarn` command on PATH ($HADOOP_HOME/bin) "
              "and HADOOP_CONF_DIR (or -conf) pointing at the cluster; or run with --local")
 
@@ -316,12 +321,7 @@ def failure_text(app_id: str, state: str, outcome: Outcome | None, diagnostics: 
     if outcome is None:
         return (f"{app_id} {state}: {(diagnostics or 'no diagnostics').strip()}\n"
                 f"{next_steps(app_id)}")
-    lines = [f"{app_id} {state}: {outcome.message}"]
-    if outcome.tail:
-        lines.append(f"last stderr lines of {outcome.task}:")
-        lines += [f"  {line}" for line in outcome.tail[-10:]]
-    lines.append(next_steps(app_id, outcome.task))
-    return "\n".join(lines)
+    return "\n".join([*outcome.describe(app_id, state), next_steps(app_id, outcome.task)])
 
 
 # ---------------------------------------------------------------- lifecycle commands
