@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -95,3 +96,8 @@ def el_submit(apps, tmp_path):
         return out, app_id
 
     return run
+
+
+def py(code: str) -> str:
+    """`-c` is one shell line: a Python one-liner as the user would quote it."""
+    return shlex.join(["python", "-c", code])

@@ -12,7 +12,7 @@ import tarfile
 import time
 
 import pytest
-from conftest import DATA, REPO, aggregated_logs, final_state, yarn_cli
+from conftest import DATA, REPO, aggregated_logs, final_state, py, yarn_cli
 
 pytestmark = pytest.mark.yarn
 SMALL = ["-pm", "1024", "-wm", "1024"]
@@ -39,7 +39,7 @@ def test_seed_census_command(el_submit, tmp_path):
 
 def test_tf_config_consistent_across_containers(el_submit):
     out, app_id = el_submit("-t", "tensorflow-ps", "-pn", "2", "-wn", "3", "-x", "False", *SMALL,
-                            "-c", "python", "-c", DUMP)
+                            "-c", py(DUMP))
     assert out.returncode == 0, out.stderr
     text = aggregated_logs(app_id)
     dumps = [json.loads(line.split("DUMP ", 1)[1]) for line in text.splitlines() if "DUMP " in line]
@@ -103,7 +103,7 @@ def test_virtual_env_archive(el_submit, tmp_path):
         for item in venv.iterdir():
             tar.add(item, arcname=item.name)
     out, app_id = el_submit("-t", "standalone", "-m", "virtual-env", "-m_arg", "env.tar.gz",
-                            *SMALL, "-c", "python", "-c", "import sys; print('PREFIX', sys.prefix)",
+                            *SMALL, "-c", py("import sys; print('PREFIX', sys.prefix)"),
                             cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert re.search(r"PREFIX \S+/env\b", aggregated_logs(app_id, "worker:0"))

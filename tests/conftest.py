@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -47,3 +48,8 @@ def el_submit(tmp_path: Path):
 
     run.tmpdir = tmpdir
     return run
+
+
+def py(code: str) -> str:
+    """`-c` is one shell line: a Python one-liner as the user would quote it."""
+    return shlex.join(["python", "-c", code])

@@ -46,7 +46,7 @@ BAD = [
 
 @pytest.mark.parametrize(("args", "flag"), BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(el_submit, args, flag):
-    out = el_submit(*args, "--local", "-c", "python", "-c", "print(1)")
+    out = el_submit(*args, "--local", "-c", "true")
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and flag in lines[0], out.stderr

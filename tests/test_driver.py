@@ -6,8 +6,10 @@ import json
 import threading
 
 from tfyarn import kv as kvmod
-from tfyarn.driver import KILL, Outcome, decide, run
+from tfyarn.driver import run
 from tfyarn.jobspec import JobSpec, Resources, Role
+from tfyarn.kv import KILL
+from tfyarn.policy import Outcome, decide
 from tfyarn.tfconfig import Task
 
 R = Resources(1024, 1)

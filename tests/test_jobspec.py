@@ -81,8 +81,8 @@ def test_virtualenv_alias_and_absolute_archive(tmp_path):
     assert s.runtime.mode == "virtual-env" and s.runtime.arg == str(tmp_path / "env.tar.gz")
 
 
-def test_command_keeps_argument_boundaries():
-    assert join_command(("python", "-c", "print(1)")) == "python -c 'print(1)'"
+def test_command_words_join_into_one_shell_line():
+    assert join_command(("echo hi", "--epochs", "3")) == "echo hi --epochs 3"
     assert join_command(("python a.py && echo done",)) == "python a.py && echo done"
 
 

@@ -10,7 +10,9 @@ import sys
 import tarfile
 import time
 
-from conftest import job_processes
+from conftest import job_processes, py
+
+from tfyarn.policy import EXIT_TFYARN
 
 DUMP = ("import json, os; print('DUMP ' + json.dumps({'tf': json.loads(os.environ['TF_CONFIG']), "
         "'type': os.environ['TFYARN_TASK_TYPE'], 'index': os.environ['TFYARN_TASK_INDEX'], "
@@ -42,18 +44,18 @@ def check_cluster(out, expected: dict[str, int]) -> None:
 
 def test_tensorflow_ps_cluster(el_submit):
     out = el_submit("-t", "tensorflow-ps", "-pn", "2", "-wn", "3", "-x", "False", "--local",
-                    "-c", "python", "-c", DUMP)
+                    "-c", py(DUMP))
     check_cluster(out, {"ps": 2, "chief": 1, "worker": 2})
     assert "-x False" in out.stderr  # the up-front note
 
 
 def test_tensorflow_worker_cluster(el_submit):
-    out = el_submit("-t", "tensorflow-worker", "-wn", "3", "--local", "-c", "python", "-c", DUMP)
+    out = el_submit("-t", "tensorflow-worker", "-wn", "3", "--local", "-c", py(DUMP))
     check_cluster(out, {"worker": 3})
 
 
 def test_standalone_cluster(el_submit):
-    out = el_submit("-t", "standalone", "--local", "-c", "python", "-c", DUMP)
+    out = el_submit("-t", "standalone", "--local", "-c", py(DUMP))
     check_cluster(out, {"worker": 1})
     assert "[worker:0] DUMP" in out.stderr and out.stdout.strip().startswith("local_")
 
@@ -133,7 +135,7 @@ def test_virtual_env_archive(el_submit, tmp_path):
         for name in os.listdir(venv):
             tar.add(venv / name, arcname=name)
     out = el_submit("-t", "standalone", "-m", "virtual-env", "-m_arg", "env.tar.gz", "--local",
-                    "-c", "python", "-c", "import sys; print('PREFIX', sys.prefix)")
+                    "-c", py("import sys; print('PREFIX', sys.prefix)"))
     assert out.returncode == 0, out.stderr
     prefix = next(x for x in out.stderr.splitlines() if "PREFIX" in x).split("PREFIX ")[1]
     assert prefix.endswith("/env") and str(el_submit.tmpdir) in prefix
@@ -142,7 +144,7 @@ def test_virtual_env_archive(el_submit, tmp_path):
 def test_docker_mode_without_daemon_is_a_clear_error(el_submit):
     out = el_submit("-t", "standalone", "-m", "docker", "-m_arg", "python:3.11", "--local",
                     "-c", "true", env={"DOCKER_HOST": "unix:///nonexistent.sock"})
-    assert out.returncode == 2
+    assert out.returncode == EXIT_TFYARN  # tfyarn cannot run it here
     assert out.stderr.startswith("Error: -m docker needs a reachable docker daemon")
     assert list(el_submit.tmpdir.iterdir()) == []
 

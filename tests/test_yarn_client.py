@@ -10,7 +10,7 @@ import pytest
 
 from tfyarn import kv as kvmod
 from tfyarn import yarn
-from tfyarn.driver import Outcome, format_tasks
+from tfyarn.policy import EXIT_TFYARN, Outcome, format_tasks
 from tfyarn.tfconfig import Task
 
 
@@ -25,7 +25,7 @@ def no_hadoop_env(tmp_path):
 def test_submit_without_hadoop_is_one_line_and_submits_nothing(el_submit, no_hadoop_env):
     out = el_submit("-t", "tensorflow-ps", "-x", "True", "-c", "python", "train.py",
                     env=no_hadoop_env)
-    assert out.returncode == 2 and out.stdout == ""
+    assert out.returncode == EXIT_TFYARN and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
         "Error: " + yarn.NO_HADOOP + " (missing: yarn)"]
     assert not os.path.exists(os.path.join(no_hadoop_env["HOME"], ".skein"))
@@ -38,7 +38,7 @@ def test_broken_hadoop_client_is_explained(el_submit, no_hadoop_env, tmp_path):
     (fake / "yarn").chmod(0o755)
     env = {**no_hadoop_env, "PATH": f"{fake}:{no_hadoop_env['PATH']}"}
     out = el_submit("-t", "standalone", "-c", "true", env=env)
-    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.returncode == EXIT_TFYARN and "Traceback" not in out.stderr
     assert "Error: `yarn classpath --glob` failed with exit code 1" in out.stderr
 
 
@@ -49,7 +49,7 @@ def test_lifecycle_commands_without_hadoop(cmd, no_hadoop_env):
 
     out = subprocess.run([sys.executable, "-m", "tfyarn", *cmd], env=no_hadoop_env,
                          capture_output=True, text=True)
-    assert out.returncode == 2 and out.stderr.startswith("Error: no Hadoop client here")
+    assert out.returncode == EXIT_TFYARN and out.stderr.startswith("Error: no Hadoop client here")
 
 
 def test_bad_keytab_is_bad_input(el_submit, no_hadoop_env):

@@ -122,8 +122,11 @@ def files_dict(staged: Staged, with_env: str | None) -> dict[str, dict[str, str]
     return files
 
 
-def task_env(spec: JobSpec, defaults: ClusterDefaults) -> dict[str, str]:
-    env = {**defaults.extra_env, **dict(spec.env), "PYTHONUNBUFFERED": "1"}
+def container_env(spec: JobSpec, defaults: ClusterDefaults) -> dict[str, str]:
+    """The environment YARN gives each task container. Not the user's --env: YARN writes
+    it as `export K="V"` into launch_container.sh, unescaped, so a `"`, a backtick or `$(`
+    would break or expand; the launcher applies --env from the job JSON byte for byte."""
+    env = {**defaults.extra_env, "PYTHONUNBUFFERED": "1"}
     if spec.runtime.mode == "docker":
         env["YARN_CONTAINER_RUNTIME_TYPE"] = "docker"
         env["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] = spec.runtime.arg or ""
@@ -137,7 +140,7 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
     """The skein ApplicationSpec as a plain dict (pure: no I/O, no skein import)."""
     env_archive = spec.runtime.arg if spec.runtime.mode == "virtual-env" else None
     files = files_dict(staged, env_archive)
-    env = task_env(spec, defaults)
+    env = container_env(spec, defaults)
     label = {"node_label": spec.yarn.node_label} if spec.yarn.node_label else {}
     services = {}
     for task in spec.tasks():

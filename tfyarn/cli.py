@@ -6,15 +6,18 @@ the commands that need them, so `el_submit --help` stays instant.
 
 from __future__ import annotations
 
+import difflib
 import os
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
+from tfyarn import __version__
 from tfyarn.errors import SpecError, TfYarnError
+from tfyarn.interrupts import Interrupted, Interrupts
+from tfyarn.policy import EXIT_BAD_INPUT
 
 # (flag, field of ElSubmitArgs, metavar, help) — el_submit's own single-dash options.
 EL_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
@@ -54,9 +57,13 @@ EXT_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--am-vcores", "am_vcores", "N", "ApplicationMaster vcores (default 1)"),
     ("--principal", "principal", "USER@REALM", "Kerberos principal (with --keytab)"),
     ("--keytab", "keytab", "FILE", "Kerberos keytab (with --principal)"),
+    ("--heartbeat-timeout", "heartbeat_timeout", "SECONDS", "fail the job when a task's launcher "
+     "is silent this long (default 30)"),
 )
-FLAGS = ("--local", "--dry-run", "--detach", "--force", "-h", "--help")
+FLAGS = ("--local", "--dry-run", "--detach", "--force", "-h", "--help", "--version")
 VALUE_FLAGS = frozenset(f for f, *_ in EL_OPTIONS + EXT_OPTIONS) | {"--env", "--tag"}
+KNOWN = VALUE_FLAGS | set(FLAGS) | {"-c"}
+TFYARN_ONLY = sorted(f for f in KNOWN if f.startswith("--") and f not in ("--help",))
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -68,6 +75,27 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...] | Non
             return list(argv[:i]), tuple(argv[i + 1:])
         i += 2 if argv[i] in VALUE_FLAGS else 1
     return list(argv), None
+
+
+def check_options(args: Sequence[str], known: frozenset[str] | set[str] = KNOWN) -> None:
+    """Name an unknown option as typed (click would say `-w` for `-wnn`) with the
+    closest known one."""
+    i = 0
+    while i < len(args):
+        word = args[i].split("=", 1)[0] if args[i].startswith("--") else args[i]
+        if word.startswith("-") and len(word) > 1 and word not in known:
+            near = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.5)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise click.UsageError(f"no such option: {word}{hint}")
+        i += 2 if word in VALUE_FLAGS and "=" not in args[i] else 1
+
+
+def warn_options_in_command(command: Sequence[str] | None) -> None:
+    """tfyarn's own options written after -c go to the user's command: say so."""
+    misplaced = [w for w in command or () if w.split("=", 1)[0] in TFYARN_ONLY]
+    if misplaced:
+        click.echo(f"tfyarn: warning: {', '.join(misplaced)} after -c is passed to your command, "
+                   "not to el_submit; put el_submit's options before -c", err=True)
 
 
 def _options(fn: Callable) -> Callable:
@@ -91,29 +119,33 @@ def _options(fn: Callable) -> Callable:
               "nothing")
 @click.option("--detach", "detach", is_flag=True, help="YARN: return right after submission")
 @click.option("--force", "force", is_flag=True, help="ship -f files even if over 1 GB")
+@click.version_option(__version__, "--version", prog_name="tfyarn")
 @click.pass_context
 def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, principal: str | None,
            keytab: str | None, command_marker: str | None, **raw: Any) -> int:
     """Submit a TensorFlow job to YARN (or run it locally with --local), el_submit style."""
+    from tfyarn import files as filesmod
     from tfyarn.jobspec import ElSubmitArgs, from_el_submit
     from tfyarn.settings import Settings
 
     settings = Settings.from_environ()
+    interrupts: Interrupts = ctx.obj["interrupts"]
     with edge():
         args = ElSubmitArgs(command=ctx.obj.get("command") or (), **raw)
         spec = from_el_submit(args, os.getcwd())
         if bool(principal) != bool(keytab):
             raise SpecError("--principal and --keytab go together; give both or neither")
+        filesmod.inventory(spec.files, spec.yarn.max_upload_mb)
         if dry_run:
             click.echo(spec.to_yaml(), nl=False)
             return 0
         _warn_semantics(spec, args, local)
         if local:
-            return _run_local(spec, settings)
+            return _run_local(spec, settings, interrupts)
         from tfyarn import yarn
 
         return yarn.submit_and_watch(spec, settings, yarn.ClientOptions(
-            conf_dir=args.conf, principal=principal, keytab=keytab, detach=detach))
+            conf_dir=args.conf, principal=principal, keytab=keytab, detach=detach), interrupts)
 
 
 def _warn_semantics(spec: Any, args: Any, local: bool) -> None:
@@ -125,11 +157,10 @@ def _warn_semantics(spec: Any, args: Any, local: bool) -> None:
         click.echo("tfyarn: note: -conf has no effect with --local", err=True)
 
 
-def _run_local(spec: Any, settings: Any) -> int:
+def _run_local(spec: Any, settings: Any, interrupts: Interrupts) -> int:
     from tfyarn.local import LocalJob
 
-    outcome = LocalJob(spec, settings).run()
-    click.echo(f"tfyarn: job SUCCEEDED: {outcome.message}", err=True)
+    LocalJob(spec, settings, interrupts).run()
     return 0
 
 
@@ -147,88 +178,159 @@ class edge:
 
 
 @click.group(context_settings=CONTEXT)
+@click.version_option(__version__, "--version", prog_name="tfyarn")
 def tfyarn() -> None:
     """tfyarn: TensorFlow on YARN. `tfyarn submit` takes el_submit's options."""
 
 
 tfyarn.add_command(submit)
+conf_option = click.option("-conf", "--conf", "conf", metavar="DIR",
+                           help="Hadoop configuration dir (sets HADOOP_CONF_DIR)")
+
+
+def _opts(conf: str | None) -> Any:
+    from tfyarn import yarn
+
+    if conf is not None and not os.path.isdir(conf):
+        raise SpecError(f"-conf: {conf!r} is not a directory of Hadoop configuration")
+    return yarn.ClientOptions(conf_dir=conf)
 
 
 @tfyarn.command("status")
 @click.argument("app_id")
-def status_cmd(app_id: str) -> int:
-    """State, final status, diagnostics and the per-task table of an application."""
-    from tfyarn import yarn
-
+@conf_option
+@click.option("--tasks", "tasks", is_flag=True, help="while running: the per-task table "
+              "(connects to the application, slower)")
+def status_cmd(app_id: str, conf: str | None, tasks: bool) -> int:
+    """State, final status and diagnostics of an application (or of a local job id)."""
     with edge():
-        return yarn.status(app_id)
+        if app_id.startswith("local_"):
+            return _local_status(app_id)
+        from tfyarn import yarn
+
+        return yarn.status(app_id, _opts(conf), tasks)
 
 
 @tfyarn.command("logs")
 @click.argument("app_id")
 @click.option("--task", "task", metavar="TYPE:INDEX", help="only this task, e.g. worker:1")
-def logs_cmd(app_id: str, task: str | None) -> int:
+@conf_option
+def logs_cmd(app_id: str, task: str | None, conf: str | None) -> int:
     """Task logs: aggregated logs once finished, container log URLs while running."""
-    from tfyarn import yarn
-
     with edge():
-        return yarn.logs(app_id, task)
+        if app_id.startswith("local_"):
+            return _local_logs(app_id, task)
+        from tfyarn import yarn
+
+        return yarn.logs(app_id, task, _opts(conf))
 
 
 @tfyarn.command("kill")
 @click.argument("app_id")
-def kill_cmd(app_id: str) -> int:
+@conf_option
+def kill_cmd(app_id: str, conf: str | None) -> int:
     """Kill a running application (every container with it)."""
-    from tfyarn import yarn
-
     with edge():
-        return yarn.kill(app_id)
+        if app_id.startswith("local_"):
+            raise SpecError(f"{app_id} is a local job: stop it with Ctrl-C (or SIGTERM) to its "
+                            "el_submit; that stops every task")
+        from tfyarn import yarn
+
+        return yarn.kill(app_id, _opts(conf))
 
 
 @tfyarn.command("ls")
 @click.option("--all", "show_all", is_flag=True, help="include finished applications")
-def ls_cmd(show_all: bool) -> int:
+@conf_option
+def ls_cmd(show_all: bool, conf: str | None) -> int:
     """tfyarn applications, newest first."""
-    from tfyarn import yarn
-
     with edge():
-        return yarn.ls(show_all)
+        from tfyarn import yarn
+
+        return yarn.ls(show_all, _opts(conf))
+
+
+def _local_job_dir(job_id: str) -> str:
+    from tfyarn.local import find_job_dir
+    from tfyarn.settings import Settings
+
+    found = find_job_dir(job_id, Settings.from_environ())
+    if found is None:
+        raise TfYarnError(f"{job_id}: its job dir is gone (removed when a local job succeeds; "
+                          "keep it with TFYARN_KEEP_JOB_DIR=1), or TMPDIR differs from the "
+                          "one it ran with")
+    return found
+
+
+def _local_status(job_id: str) -> int:
+    from tfyarn import kv as kvmod
+    from tfyarn.policy import Outcome, format_tasks
+
+    root = _local_job_dir(job_id)
+    store = kvmod.DirKV(os.path.join(root, "kv"))
+    raw = store.get(kvmod.STATUS)
+    click.echo(f"job: {job_id}\ndir: {root}\nlogs: {os.path.join(root, 'logs')}")
+    if raw is None:
+        click.echo(f"state: {store.get(kvmod.PHASE) or 'starting'} (or its client was killed)")
+        return 0
+    outcome = Outcome.from_json(raw)
+    click.echo(f"final status: {outcome.state}\ndiagnostics: {outcome.message}\ntasks:")
+    for line in format_tasks(outcome.tasks):
+        click.echo(f"  {line}")
+    return 0
+
+
+def _local_logs(job_id: str, task: str | None) -> int:
+    logs = os.path.join(_local_job_dir(job_id), "logs")
+    names = sorted(os.listdir(logs))
+    if task:
+        names = [n for n in names if n == f"{task.replace(':', '_')}.log"]
+        if not names:
+            raise SpecError(f"--task: {job_id} has no log for {task!r}; see: ls {logs}")
+    for name in names:
+        click.echo(f"===== {os.path.join(logs, name)}")
+        with open(os.path.join(logs, name), encoding="utf-8", errors="replace") as f:
+            sys.stdout.write(f.read())
+    return 0
 
 
 # ---------------------------------------------------------------- entry points
 
 
-def _interrupt_on_sigterm() -> None:
-    def handler(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, handler)
-
-
 def run_click(cmd: click.Command, args: list[str], obj: dict, prog: str) -> int:
-    """Run a click command with one-line errors and el_submit's exit codes."""
-    _interrupt_on_sigterm()
+    """Run a click command with one-line errors and the one exit-code table."""
+    interrupts = obj.setdefault("interrupts", Interrupts()).install()
     try:
+        if cmd is submit:
+            check_options(args)
+        elif args[:1] == ["submit"]:
+            check_options(args[1:])
         rv = cmd.main(args=args, obj=obj, prog_name=prog, standalone_mode=False)
     except click.UsageError as e:
         click.echo(f"Error: {e.format_message()} (see {prog} --help)", err=True)
-        return 2
+        return EXIT_BAD_INPUT
     except click.ClickException as e:
         click.echo(f"Error: {e.format_message()}", err=True)
         return e.exit_code
-    except (KeyboardInterrupt, click.Abort):
-        click.echo("Error: interrupted", err=True)
-        return 130
+    except Interrupted as e:
+        click.echo(f"Error: {e}; nothing was left running", err=True)
+        return e.exit_code
+    except click.Abort:
+        click.echo(f"Error: {interrupts.words()}; nothing was left running", err=True)
+        return interrupts.exit_code()
     return rv if isinstance(rv, int) else 0
 
 
 def el_submit_main(argv: Sequence[str] | None = None) -> None:
     args, command = split_command(sys.argv[1:] if argv is None else argv)
+    warn_options_in_command(command)
     sys.exit(run_click(submit, args, {"command": command}, "el_submit"))
 
 
 def tfyarn_main(argv: Sequence[str] | None = None) -> None:
     args, command = split_command(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["submit"]:
+        warn_options_in_command(command)
     sys.exit(run_click(tfyarn, args, {"command": command}, "tfyarn"))
 
 

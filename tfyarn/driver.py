@@ -1,15 +1,17 @@
-"""The job's brain, one per job (`python -m tfyarn.driver`).
+"""The job's referee, one per job (`python -m tfyarn.driver`).
 
-It waits for every task to register (deadline: -wait_time), publishes the cluster spec,
-watches the exits, stops the servers when training is done (`-x True`), fails fast
-naming the failing task, and publishes the final status. On YARN it runs as skein's
-`master.script` in the ApplicationMaster container, so a job ends right even when the
-client that submitted it is gone.
+Owns the job's course: wait for every task to register (deadline: -wait_time), publish
+the cluster spec, follow exits and heartbeats, stop everything once the outcome is
+known, and publish the final status. On YARN it runs as skein's `master.script` in the
+ApplicationMaster, so a job ends right even when the client that submitted it is gone;
+locally it notices a dead client and ends the job. The rules themselves are pure
+(`tfyarn.policy`); this module only gathers what they need and carries them out.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -17,110 +19,74 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 from tfyarn import kv as kvmod
 from tfyarn.jobspec import JobSpec
+from tfyarn.policy import (
+    Liveness,
+    Outcome,
+    decide,
+    exit_code,
+    format_tasks,
+    lost_record,
+    plural,
+)
 from tfyarn.tfconfig import Task, cluster_spec
-
-KILL = "kill"  # reason text; put by a client (Ctrl-C, `tfyarn kill`) to ask the driver to stop
-EXIT_CODES = {"SUCCEEDED": 0, "FAILED": 1, "KILLED": 3}
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """How a job ended and why; `task`/`code`/`tail` name the task that decided it."""
-
-    state: str
-    message: str
-    task: str | None = None
-    code: int | None = None
-    tail: tuple[str, ...] = ()
-    tasks: Mapping[str, dict] = field(default_factory=dict)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    def describe(self, job: str, state: str | None = None) -> list[str]:
-        """`JOB STATE: message`, then the deciding task's last stderr lines."""
-        lines = [f"{job} {state or self.state}: {self.message}"]
-        if self.tail:
-            lines.append(f"last stderr lines of {self.task}:")
-            lines += [f"  {line}" for line in self.tail[-10:]]
-        return lines
-
-    @classmethod
-    def from_json(cls, text: str) -> Outcome:
-        d = json.loads(text)
-        d["tail"] = tuple(d.get("tail", ()))
-        return cls(**d)
+from tfyarn.timing import ACK_WAIT_S, STOP_REPORT_S
 
 
 def log(msg: str) -> None:
-    print(f"tfyarn: driver: {msg}", file=sys.stderr, flush=True)
-
-
-def describe_exit(task: Task, rec: Mapping) -> str:
-    code = rec.get("code")
-    if rec.get("stopped"):
-        return f"{task} was stopped ({rec.get('reason')})"
-    if code is not None and code < 0:
-        return f"{task} was killed by {signal.Signals(-code).name}"
-    return f"{task} exited with code {code}"
-
-
-def decide(spec: JobSpec, exits: Mapping[Task, Mapping]) -> Outcome | None:
-    """The job's outcome given the exits seen so far, or None while it must go on.
-
-    Pure, so every rule is testable: the earliest task that failed (non-zero, killed,
-    or stopped by someone other than this driver) fails the job; tensorflow-ps with
-    `-x True` succeeds once the chief exits 0; otherwise every task must exit 0.
-    """
-    failed = [(r.get("time", 0), t) for t, r in exits.items()
-              if r.get("code") != 0 or r.get("stopped")]
-    chief = exits.get(Task("chief", 0))
-    chief_ok = chief is not None and chief.get("code") == 0 and not chief.get("stopped")
-    x_true = spec.app_type == "tensorflow-ps" and spec.stop_ps_when_done
-    if x_true and chief_ok and (not failed or chief.get("time", 0) <= min(failed)[0]):
-        return Outcome("SUCCEEDED", "chief:0 finished; the other tasks were stopped (-x True)")
-    if failed:
-        _, task = min(failed)
-        rec = exits[task]
-        return Outcome("FAILED", describe_exit(task, rec), str(task), rec.get("code"),
-                       tuple(rec.get("tail", ())))
-    if len(exits) == len(spec.tasks()):
-        return Outcome("SUCCEEDED", f"all {len(exits)} tasks exited with code 0")
-    return None
-
-
-def read_tasks(store: kvmod.KV) -> tuple[dict[Task, str], dict[Task, dict]]:
-    """(addresses, exit records) published so far, by task."""
-    addrs: dict[Task, str] = {}
-    exits: dict[Task, dict] = {}
-    for key, value in store.scan("task/").items():
-        _, name, what = key.split("/")
-        if what == "addr":
-            addrs[Task.parse(name)] = value
-        elif what == "exit":
-            exits[Task.parse(name)] = json.loads(value)
-    return addrs, exits
+    with contextlib.suppress(OSError, ValueError):
+        print(f"tfyarn: driver: {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass
-class Watch:
-    """The driver's loop state: deadlines, whether the cluster spec is out, why to stop."""
+class Snapshot:
+    """Everything the launchers published so far, by task."""
+
+    addrs: dict[Task, str] = field(default_factory=dict)
+    exits: dict[Task, dict] = field(default_factory=dict)
+    beats: dict[Task, str] = field(default_factory=dict)
+    lost: dict[Task, dict] = field(default_factory=dict)
+
+
+def read_tasks(store: kvmod.KV) -> Snapshot:
+    snap = Snapshot()
+    for key, value in store.scan("task/").items():
+        _, name, what = key.split("/")
+        task = Task.parse(name)
+        if what == "addr":
+            snap.addrs[task] = value
+        elif what == "exit":
+            snap.exits[task] = json.loads(value)
+        elif what == "beat":
+            snap.beats[task] = value
+        elif what == "lost":
+            snap.lost[task] = json.loads(value)
+    return snap
+
+
+@dataclass
+class Referee:
+    """The driver's loop state: deadlines, liveness, whether the cluster spec is out."""
 
     spec: JobSpec
     store: kvmod.KV
     start: float = field(default_factory=time.monotonic)
     published: bool = False
+    chief_done_said: bool = False
     interrupted: str | None = None
     parent: int = field(default_factory=os.getppid)
+    liveness: Liveness = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.liveness = Liveness(self.spec.heartbeat_timeout_s)
 
     def external_stop(self) -> Outcome | None:
         if self.interrupted is None and os.getppid() != self.parent:
-            self.interrupted = "the driver's parent process died"
-        reason = self.interrupted or self.store.get(KILL)
+            self.interrupted = "the driver's parent process (the local client) died"
+        reason = self.interrupted or self.store.get(kvmod.KILL)
         return None if reason is None else Outcome("KILLED", f"killed: {reason}")
 
     def deadline_passed(self, addrs: Mapping[Task, str]) -> Outcome | None:
@@ -135,6 +101,16 @@ class Watch:
                            "start: see their logs)")
         return None
 
+    def records(self, snap: Snapshot) -> dict[Task, dict]:
+        """Exit records, plus a lost record for every launcher that died or went silent
+        before reporting (an exit record, once there, always wins)."""
+        now = time.monotonic()
+        for task in snap.addrs:
+            self.liveness.observe(task, snap.beats.get(task), now)
+        silent = self.liveness.lost(now, snap.exits)
+        lost = {t: lost_record(s, time.time()) for t, s in silent.items()}
+        return {**lost, **snap.lost, **snap.exits}
+
     def publish_if_ready(self, addrs: Mapping[Task, str]) -> None:
         if self.published or len(addrs) < len(self.spec.tasks()):
             return
@@ -142,13 +118,28 @@ class Watch:
         self.store.put(kvmod.CLUSTER, json.dumps(cluster))
         self.store.put(kvmod.PHASE, "running")
         self.published = True
-        log(f"all {len(addrs)} tasks registered; cluster spec published: {json.dumps(cluster)}")
+        log(f"all {plural(len(addrs), 'task')} registered; cluster spec published: "
+            f"{json.dumps(cluster)}")
+
+    def note_chief_done(self, records: Mapping[Task, Mapping]) -> None:
+        """-x False: say once that the chief is done and the job now waits for the rest."""
+        chief = records.get(Task("chief", 0))
+        if self.chief_done_said or chief is None or chief.get("code") != 0:
+            return
+        self.chief_done_said = True
+        msg = ("chief:0 finished; -x False: the job now waits for every ps and worker to exit "
+               "by itself (ps never do unless your code stops them; use -x True or --timeout)")
+        log(msg)
+        self.store.put(kvmod.PHASE, msg)
 
     def step(self) -> Outcome | None:
-        addrs, exits = read_tasks(self.store)
-        outcome = self.external_stop() or decide(self.spec, exits) or self.deadline_passed(addrs)
+        snap = read_tasks(self.store)
+        records = self.records(snap)
+        outcome = (self.external_stop() or decide(self.spec, records)
+                   or self.deadline_passed(snap.addrs))
         if outcome is None:
-            self.publish_if_ready(addrs)
+            self.publish_if_ready(snap.addrs)
+            self.note_chief_done(records)
         return outcome
 
 
@@ -156,16 +147,17 @@ def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome) -> dict[st
     """Tell every launcher to stop and wait (bounded) until the registered ones reported."""
     store.put(kvmod.STOP, outcome.message)
     store.put(kvmod.PHASE, "stopping")
-    deadline = time.monotonic() + spec.stop_grace_s + 5.0
+    deadline = time.monotonic() + spec.stop_grace_s + STOP_REPORT_S
     while True:
-        addrs, exits = read_tasks(store)
-        pending = [t for t in addrs if t not in exits]
+        snap = read_tasks(store)
+        pending = [t for t in snap.addrs if t not in snap.exits and t not in snap.lost]
         if not pending or time.monotonic() > deadline:
             break
         time.sleep(store.poll_s)
     for task in pending:
         log(f"{task} did not report after the stop request; its container/process is killed")
-    return {str(t): {"host": addrs.get(t, "").rsplit(":", 1)[0], **_brief(exits.get(t))}
+    return {str(t): {"host": snap.addrs.get(t, "").rsplit(":", 1)[0],
+                     **_brief(snap.exits.get(t) or snap.lost.get(t))}
             for t in spec.tasks()}
 
 
@@ -173,55 +165,44 @@ def _brief(rec: Mapping | None) -> dict:
     if rec is None:
         return {"code": None, "stopped": False, "reason": "never reported"}
     return {"code": rec.get("code"), "stopped": bool(rec.get("stopped")),
-            "reason": rec.get("reason")}
+            "lost": bool(rec.get("lost")), "reason": rec.get("reason")}
 
 
 def run(spec: JobSpec, store: kvmod.KV) -> Outcome:
     """Drive one job to its end and publish the final status."""
-    watch = Watch(spec, store)
+    referee = Referee(spec, store)
     if threading.current_thread() is threading.main_thread():
-        _trap_signals(watch)
+        _trap_signals(referee)
     store.put(kvmod.PHASE, "registering")
-    log(f"waiting for {len(spec.tasks())} tasks to register "
+    log(f"waiting for {plural(len(spec.tasks()), 'task')} to register "
         f"(-wait_time {spec.register_timeout_s / 60:g} min)")
-    while (outcome := watch.step()) is None:
+    while (outcome := referee.step()) is None:
         time.sleep(store.poll_s)
     log(f"{outcome.state}: {outcome.message}")
     tasks = stop_everything(spec, store, outcome)
     final = Outcome(outcome.state, outcome.message, outcome.task, outcome.code, outcome.tail, tasks)
     store.put(kvmod.STATUS, final.to_json())
     if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
-        store.wait(kvmod.ACK, timeout=5.0)
+        store.wait(kvmod.ACK, timeout=ACK_WAIT_S)
     return final
 
 
-def format_tasks(tasks: Mapping[str, Mapping]) -> list[str]:
-    """One line per task: name, host, exit code and why it ended."""
-    lines = []
-    for name, t in tasks.items():
-        code = "-" if t.get("code") is None else str(t.get("code"))
-        note = f"stopped: {t.get('reason')}" if t.get("stopped") else (t.get("reason") or "")
-        lines.append(f"{name:<12} {t.get('host') or '-':<30} exit {code:<5} {note}".rstrip())
-    return lines
-
-
-def _trap_signals(watch: Watch) -> None:
+def _trap_signals(referee: Referee) -> None:
     def handler(signum: int, _frame: object) -> None:
-        watch.interrupted = f"the driver received {signal.Signals(signum).name}"
+        referee.interrupted = f"the driver received {signal.Signals(signum).name}"
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
 
 
 def finish_yarn(store: kvmod.SkeinKV, outcome: Outcome) -> None:
-    """On YARN, hand the final status and a diagnostics line naming the task to the AM."""
-    app = store.app
+    """On YARN, hand the final status and a diagnostics text naming the task to the AM."""
     diagnostics = outcome.message
     if outcome.tail:
-        diagnostics += f"\nlast stderr lines of {outcome.task}:\n" + "\n".join(outcome.tail[-10:])
+        diagnostics += f"\nlast stderr lines of {outcome.task}:\n" + "\n".join(outcome.tail)
     diagnostics += "\ntasks:\n" + "\n".join(format_tasks(outcome.tasks))
     try:
-        app.shutdown(outcome.state, diagnostics)
+        store.app.shutdown(outcome.state, diagnostics)
     except Exception as exc:  # the master script's exit code still carries the status
         log(f"could not set the final status through skein: {exc!r}")
 
@@ -236,10 +217,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = kvmod.open_kv(ns.kv)
     outcome = run(spec, store)
     if isinstance(store, kvmod.SkeinKV):
-        finish_yarn(store, outcome)  # the AM's shutdown ends the lingering launchers
-    else:
-        store.put(kvmod.RELEASE, outcome.state)
-    return EXIT_CODES[outcome.state]
+        finish_yarn(store, outcome)
+    return exit_code(outcome.state)
 
 
 if __name__ == "__main__":

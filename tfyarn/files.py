@@ -1,15 +1,21 @@
-"""What `-f` ships: default excludes, size accounting, and copying into a task dir.
+"""What `-f` ships: one walk, one symlink policy, one size check, for both backends.
 
-Local mode copies; YARN uploads (file resources, directories as archives). Both use the
-same excludes and the same size check, so `-f ./` means the same thing on both.
+Policy: links to files and to directories are followed (their targets ship as plain
+files and dirs); a link loop, a dangling link, a FIFO/socket/device or an unreadable
+file is refused with an error naming it. Default excludes apply everywhere. Local mode
+copies the files once per job and hard-links them into each task dir (read-only
+sharing, as YARN's localized resources are); YARN uploads files and dir archives.
 """
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import os
 import shutil
-from collections.abc import Iterable, Iterator
+import stat
+from collections.abc import Collection, Iterable, Iterator
+from dataclasses import dataclass
 
 from tfyarn.errors import SpecError
 from tfyarn.jobspec import ShippedFile
@@ -21,44 +27,100 @@ def excluded(name: str, excludes: Iterable[str] = EXCLUDES) -> bool:
     return any(fnmatch.fnmatch(name, pattern) for pattern in excludes)
 
 
+def _stat(path: str) -> os.stat_result:
+    """stat() following links, with every way it can fail said in one -f line."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise SpecError(f"-f: {path} is a dangling symlink (to {os.readlink(path)!r}); fix "
+                            "or remove it") from None
+        raise SpecError(f"-f: {path} vanished while being read") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SpecError(f"-f: {path} is a symlink loop; remove the link") from None
+        raise SpecError(f"-f: cannot read {path}: {exc.strerror}") from None
+
+
+def _check_file(path: str, st: os.stat_result) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "a device or special file")
+        raise SpecError(f"-f: {path} is {kind}, not a file; leave it out of -f")
+    if not os.access(path, os.R_OK):
+        raise SpecError(f"-f: {path} is not readable (permissions); fix them or leave it out")
+
+
 def walk(root: str, skip: Iterable[str] = ()) -> Iterator[str]:
-    """Every file under `root` that ships, as paths relative to `root`."""
+    """Every file under `root` that ships, as paths relative to `root`, links followed."""
     skip_abs = {os.path.abspath(s) for s in skip}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not excluded(d)
-                       and os.path.abspath(os.path.join(dirpath, d)) not in skip_abs]
-        for name in filenames:
-            if not excluded(name):
-                yield os.path.relpath(os.path.join(dirpath, name), root)
+    st = _stat(root)
+    yield from _visit(root, "", {(st.st_dev, st.st_ino)}, skip_abs)
 
 
-def total_bytes(files: Iterable[ShippedFile], skip: Iterable[str] = ()) -> int:
-    total = 0
-    for f in files:
-        if f.is_dir:
-            total += sum(os.path.getsize(os.path.join(f.source, r)) for r in walk(f.source, skip))
-        else:
-            total += os.path.getsize(f.source)
-    return total
-
-
-def check_size(files: Iterable[ShippedFile], limit_mb: int | None, skip: Iterable[str] = ()) -> int:
-    """Refuse to ship more than `limit_mb` (catches `-f ~`); None means --force."""
-    size = total_bytes(files, skip)
-    if limit_mb is not None and size > limit_mb * 1024 * 1024:
-        raise SpecError(f"-f: {size / 2**20:.0f} MB to ship exceeds {limit_mb} MB; "
-                        "check the -f paths or add --force")
-    return size
-
-
-def stage(files: Iterable[ShippedFile], task_dir: str, skip: Iterable[str] = ()) -> None:
-    """Copy the shipped files into one task's working dir, keeping their hierarchy."""
-    for f in files:
-        target = os.path.join(task_dir, f.dest) if f.dest else task_dir
-        if not f.is_dir:
-            shutil.copy2(f.source, target)
+def _visit(path: str, rel: str, ancestors: frozenset | set, skip: Collection[str]) -> Iterator[str]:
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        raise SpecError(f"-f: cannot list {path}: {exc.strerror}") from None
+    for name in names:
+        full, sub = os.path.join(path, name), os.path.join(rel, name)
+        if excluded(name) or os.path.abspath(full) in skip:
             continue
-        for rel in walk(f.source, skip):
-            dst = os.path.join(target, rel)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copy2(os.path.join(f.source, rel), dst)
+        st = _stat(full)
+        if stat.S_ISDIR(st.st_mode):
+            key = (st.st_dev, st.st_ino)
+            if key in ancestors:
+                raise SpecError(f"-f: {full} is a symlink loop (it leads back to a directory "
+                                "above it); remove the link or leave its dir out of -f")
+            yield from _visit(full, sub, {*ancestors, key}, skip)
+        else:
+            _check_file(full, st)
+            yield sub
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """Every file that ships: (source path, destination relative to the working dir)."""
+
+    entries: tuple[tuple[str, str], ...]
+    total_bytes: int
+
+
+def inventory(files: Iterable[ShippedFile], limit_mb: int | None,
+              skip: Iterable[str] = ()) -> Inventory:
+    """Walk every `-f` entry once, apply the policy and refuse more than `limit_mb`
+    (catches `-f ~`; None means --force)."""
+    entries: list[tuple[str, str]] = []
+    for f in files:
+        if not f.is_dir:
+            _check_file(f.source, _stat(f.source))
+            entries.append((f.source, f.dest))
+            continue
+        entries += [(os.path.join(f.source, rel), os.path.join(f.dest, rel))
+                    for rel in walk(f.source, skip)]
+    total = sum(os.path.getsize(src) for src, _ in entries)
+    if limit_mb is not None and total > limit_mb * 1024 * 1024:
+        raise SpecError(f"-f: {total / 2**20:.0f} MB to ship exceeds {limit_mb} MB; "
+                        "check the -f paths or add --force")
+    return Inventory(tuple(entries), total)
+
+
+def copy_into(inv: Inventory, root: str) -> None:
+    """Copy every shipped file under `root`, keeping the hierarchy (the one real copy)."""
+    for src, dest in inv.entries:
+        target = os.path.join(root, dest)
+        os.makedirs(os.path.dirname(target) or root, exist_ok=True)
+        shutil.copyfile(src, target)
+        shutil.copymode(src, target)
+
+
+def link_into(inv: Inventory, shared: str, task_dir: str) -> None:
+    """Give a task dir the shared copy by hard links (a copy where links can't be made)."""
+    for _, dest in inv.entries:
+        src, target = os.path.join(shared, dest), os.path.join(task_dir, dest)
+        os.makedirs(os.path.dirname(target) or task_dir, exist_ok=True)
+        try:
+            os.link(src, target)
+        except OSError:
+            shutil.copy2(src, target)

@@ -14,15 +14,30 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from tfyarn import tfconfig
+from tfyarn import tfconfig, timing
 from tfyarn.errors import SpecError
 
 APP_TYPES = ("tensorflow-ps", "tensorflow-worker", "tensorflow-mpi", "standalone")
 MODES = ("local", "virtual-env", "docker")
-ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_MEMORY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([mMgGtT]?)[bB]?\s*$")
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$", re.ASCII)
+_INT = re.compile(r"^\s*-?[0-9]+\s*$", re.ASCII)
+_MEMORY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([mMgGtT]?)[bB]?\s*$", re.ASCII)
 _TRUE = {"true", "1", "yes", "y", "on"}
 _FALSE = {"false", "0", "no", "n", "off"}
+
+# Documented upper bounds: far above any real job, low enough that a typo (an extra
+# zero, a pasted number) is refused at once instead of exhausting memory or the queue.
+MAX = {
+    "tasks": 1024,  # -wn (and -pn below)
+    "ps": 256,
+    "vcores": 256,
+    "gpus": 64,
+    "memory_mb": 4 * 1024 * 1024,  # 4 TB
+    "wait_minutes": 7 * 24 * 60,  # a week in a queue
+    "timeout_s": 31 * 24 * 3600,  # a month of training
+    "heartbeat_s": 3600,
+    "name_chars": 1024,
+}
 
 
 @dataclass(frozen=True)
@@ -36,6 +51,9 @@ class Resources:
     def __post_init__(self) -> None:
         if self.memory_mb <= 0 or self.vcores <= 0 or self.gpus < 0:
             raise SpecError(f"invalid resources {self}: memory and vcores must be > 0")
+        if (self.memory_mb > MAX["memory_mb"] or self.vcores > MAX["vcores"]
+                or self.gpus > MAX["gpus"]):
+            raise SpecError(f"invalid resources {self}: over the maxima {MAX}")
 
 
 @dataclass(frozen=True)
@@ -109,9 +127,10 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = ()
     runtime: Runtime = field(default_factory=Runtime)
     stop_ps_when_done: bool = False
-    register_timeout_s: float = 600.0
+    register_timeout_s: float = timing.REGISTER_TIMEOUT_MIN * 60.0
     timeout_s: float | None = None
-    stop_grace_s: float = 3.0
+    stop_grace_s: float = timing.STOP_GRACE_S
+    heartbeat_timeout_s: float = timing.HEARTBEAT_TIMEOUT_S
     yarn: YarnOptions = field(default_factory=YarnOptions)
 
     def __post_init__(self) -> None:
@@ -125,6 +144,8 @@ class JobSpec:
             raise SpecError("-wait_time must be greater than 0")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise SpecError("--timeout must be greater than 0 seconds")
+        if self.heartbeat_timeout_s <= timing.HEARTBEAT_S:
+            raise SpecError(f"--heartbeat-timeout must be over {timing.HEARTBEAT_S:g} s")
         for key, _ in self.env:
             if not ENV_KEY.match(key):
                 raise SpecError(f"--env: {key!r} is not a valid variable name")
@@ -187,15 +208,22 @@ def parse_bool(flag: str, value: str | None, default: bool = False) -> bool:
     raise SpecError(f"{flag}: expected True or False, got {value!r}")
 
 
-def parse_int(flag: str, value: str | None, default: int, minimum: int = 0) -> int:
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 40 else value[:40] + "...")
+
+
+def parse_int(flag: str, value: str | None, default: int, minimum: int = 0,
+              maximum: int | None = None) -> int:
+    """A whole number in ASCII digits, within [minimum, maximum]."""
     if value is None:
         return default
-    try:
-        n = int(value)
-    except ValueError:
-        raise SpecError(f"{flag}: expected a whole number, got {value!r}") from None
+    if not _INT.match(value) or len(value.strip()) > 18:
+        raise SpecError(f"{flag}: expected a whole number (digits 0-9), got {_shown(value)}")
+    n = int(value)
     if n < minimum:
         raise SpecError(f"{flag}: must be at least {minimum}, got {n}")
+    if maximum is not None and n > maximum:
+        raise SpecError(f"{flag}: at most {maximum} (tfyarn's limit), got {n}")
     return n
 
 
@@ -204,13 +232,29 @@ def parse_memory(flag: str, value: str | None, default: int) -> int:
     if value is None:
         return default
     m = _MEMORY.match(value)
-    if not m:
-        raise SpecError(f"{flag}: {value!r} is not a memory size; give MB (2000) or 2g / 512m")
+    if not m or len(m.group(1)) > 18:
+        raise SpecError(f"{flag}: {_shown(value)} is not a memory size; give MB (2000) or "
+                        "2g / 512m")
     scale = {"": 1, "m": 1, "g": 1024, "t": 1024 * 1024}[m.group(2).lower()]
-    mb = int(float(m.group(1)) * scale)
-    if mb <= 0:
+    mb = float(m.group(1)) * scale
+    if mb > MAX["memory_mb"]:
+        raise SpecError(f"{flag}: at most {MAX['memory_mb'] // (1024 * 1024)} TB per container "
+                        f"(tfyarn's limit), got {_shown(value)}")
+    if int(mb) <= 0:
         raise SpecError(f"{flag}: memory must be greater than 0, got {value!r}")
-    return mb
+    return int(mb)
+
+
+def parse_text(flag: str, value: str | None, what: str) -> str | None:
+    """An optional text value: absent is fine, empty or with control characters is not."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise SpecError(f"{flag}: empty value; give {what} or leave {flag} out")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise SpecError(f"{flag}: {value!r} contains a control character (newline, tab...); "
+                        f"give {what} on one line")
+    return value
 
 
 def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
@@ -231,12 +275,13 @@ def parse_files(value: str | None, cwd: str) -> tuple[ShippedFile, ...]:
     A directory named as `.`/`..` (e.g. `-f ./`) ships its contents into the working
     dir, as el_submit users expect; any other directory keeps its name.
     """
-    if not value:
+    if value is None:
         return ()
     out: list[ShippedFile] = []
     for raw in (p.strip() for p in value.split(",")):
         if not raw:
-            continue
+            raise SpecError(f"-f: empty entry in {value!r}; give a comma list of paths, "
+                            "e.g. -f ./ or -f train.py,data")
         path = os.path.abspath(os.path.join(cwd, os.path.expanduser(raw)))
         if not os.path.exists(path):
             raise SpecError(f"-f: {raw!r} does not exist (looked in {cwd})")
@@ -281,21 +326,21 @@ class ElSubmitArgs:
     node_label: str | None = None
     am_memory: str | None = None
     am_vcores: str | None = None
+    heartbeat_timeout: str | None = None
     tags: tuple[str, ...] = ()
     force: bool = False
 
 
-DEFAULTS = {"ps_memory": 1024, "worker_memory": 1024, "cores": 1, "wait_minutes": 10}
+DEFAULTS = {"ps_memory": 1024, "worker_memory": 1024, "cores": 1,
+            "wait_minutes": timing.REGISTER_TIMEOUT_MIN}
 
 
 def join_command(tokens: tuple[str, ...]) -> str:
-    """`-c` takes the rest of the line: one token is a shell string, several keep their
-    argument boundaries (so `-c python -c "print(1)"` survives the trip)."""
-    import shlex
-
-    if len(tokens) == 1:
-        return tokens[0]
-    return shlex.join(tokens)
+    """`-c` takes the rest of the line, and el_submit's rule makes it one shell command
+    line: the words joined by single spaces, run by bash in the task's working dir, the
+    same locally and on YARN. So `$VAR`, `;`, `&&` and quotes mean what bash says, on the
+    node; an argument with spaces needs quotes inside the command line."""
+    return " ".join(tokens)
 
 
 def _reject_unsupported(a: ElSubmitArgs) -> None:
@@ -315,17 +360,17 @@ def _reject_unsupported(a: ElSubmitArgs) -> None:
 
 
 def _roles(a: ElSubmitArgs, app_type: str) -> tuple[Role, ...]:
-    wn = parse_int("-wn", a.worker_num, 1, minimum=1)
+    wn = parse_int("-wn", a.worker_num, 1, minimum=1, maximum=MAX["tasks"])
     worker = Resources(
         parse_memory("-wm", a.worker_memory, DEFAULTS["worker_memory"]),
-        parse_int("-wc", a.worker_cores, DEFAULTS["cores"], minimum=1),
-        parse_int("-wg", a.worker_gpus, 0),
+        parse_int("-wc", a.worker_cores, DEFAULTS["cores"], minimum=1, maximum=MAX["vcores"]),
+        parse_int("-wg", a.worker_gpus, 0, maximum=MAX["gpus"]),
     )
     ps = Resources(
         parse_memory("-pm", a.ps_memory, DEFAULTS["ps_memory"]),
-        parse_int("-pc", a.ps_cores, DEFAULTS["cores"], minimum=1),
+        parse_int("-pc", a.ps_cores, DEFAULTS["cores"], minimum=1, maximum=MAX["vcores"]),
     )
-    pn = parse_int("-pn", a.ps_num, 1 if app_type == "tensorflow-ps" else 0)
+    pn = parse_int("-pn", a.ps_num, 1 if app_type == "tensorflow-ps" else 0, maximum=MAX["ps"])
     if app_type == "tensorflow-ps" and pn < 1:
         raise SpecError("-pn: tensorflow-ps needs at least 1 ps; use -t tensorflow-worker for none")
     if app_type != "tensorflow-ps" and pn:
@@ -337,15 +382,39 @@ def _roles(a: ElSubmitArgs, app_type: str) -> tuple[Role, ...]:
     return tuple(Role(name, n, ps if name == "ps" else worker) for name, n in counts if n)
 
 
+def _check_texts(a: ElSubmitArgs) -> None:
+    """Empty or multi-line values are refused, never read as "not given"."""
+    for flag, value, what in (
+        ("-t", a.app_type, f"one of {', '.join(APP_TYPES)}"), ("-a", a.app_name, "a name"),
+        ("-m", a.mode, f"one of {', '.join(MODES)}"), ("-m_arg", a.mode_arg, "an archive or image"),
+        ("-conf", a.conf, "a Hadoop configuration dir"), ("--queue", a.queue, "a YARN queue"),
+        ("--node-label", a.node_label, "a node label expression"),
+        ("--python", a.python, "an interpreter"), ("-log_tensorboard", a.log_tensorboard, "a dir"),
+        *(("--tag", t, "a tag") for t in a.tags),
+    ):
+        parse_text(flag, value, what)
+    for flag, value in (("--timeout", a.timeout), ("-wait_time", a.wait_time),
+                        ("--heartbeat-timeout", a.heartbeat_timeout)):
+        if value is not None and not value.strip():
+            raise SpecError(f"{flag}: empty value; give a number or leave {flag} out")
+    if a.app_name is not None and len(a.app_name) > MAX["name_chars"]:
+        raise SpecError(f"-a: the name is {len(a.app_name)} characters; at most "
+                        f"{MAX['name_chars']}")
+
+
 def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
     """Turn el_submit flags into a validated JobSpec; every error names its flag."""
+    _check_texts(a)
     app_type = a.app_type or "tensorflow-ps"
     if app_type not in APP_TYPES:
         raise SpecError(f"-t: unknown app type {app_type!r}; use one of {', '.join(APP_TYPES)}")
     _reject_unsupported(a)
-    if not a.command:
+    if not a.command or not "".join(a.command).strip():
         raise SpecError("-c is missing: end the line with -c and the command to run")
     mode = {"virtualenv": "virtual-env"}.get(a.mode or "local", a.mode or "local")
+    if mode == "local" and a.mode_arg is not None:
+        raise SpecError("-m_arg: has no use with -m local; drop it, or use -m virtual-env "
+                        "(a packed env) or -m docker (an image)")
     runtime = Runtime(mode, a.mode_arg, a.python or "python3")
     if mode == "virtual-env" and "://" not in (a.mode_arg or ""):
         archive = os.path.abspath(os.path.join(cwd, a.mode_arg or ""))
@@ -354,8 +423,12 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
         runtime = Runtime(mode, archive, runtime.python)
     if a.conf is not None and not os.path.isdir(os.path.join(cwd, a.conf)):
         raise SpecError(f"-conf: {a.conf!r} is not a directory of Hadoop configuration")
-    wait = parse_int("-wait_time", a.wait_time, DEFAULTS["wait_minutes"], minimum=1)
-    timeout = parse_int("--timeout", a.timeout, 0, minimum=1) if a.timeout else None
+    wait = parse_int("-wait_time", a.wait_time, DEFAULTS["wait_minutes"], minimum=1,
+                     maximum=MAX["wait_minutes"])
+    timeout = (None if a.timeout is None
+               else parse_int("--timeout", a.timeout, 0, minimum=1, maximum=MAX["timeout_s"]))
+    heartbeat = parse_int("--heartbeat-timeout", a.heartbeat_timeout,
+                          int(timing.HEARTBEAT_TIMEOUT_S), minimum=5, maximum=MAX["heartbeat_s"])
     return JobSpec(
         name=a.app_name or "tfyarn",
         app_type=app_type,
@@ -367,11 +440,12 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
         stop_ps_when_done=parse_bool("-x", a.exit_ps),
         register_timeout_s=float(wait * 60),
         timeout_s=float(timeout) if timeout else None,
+        heartbeat_timeout_s=float(heartbeat),
         yarn=YarnOptions(
             queue=a.queue,
             node_label=a.node_label,
             am_memory_mb=parse_memory("--am-memory", a.am_memory, 1024),
-            am_vcores=parse_int("--am-vcores", a.am_vcores, 1, minimum=1),
+            am_vcores=parse_int("--am-vcores", a.am_vcores, 1, minimum=1, maximum=MAX["vcores"]),
             tags=tuple(a.tags),
             max_upload_mb=None if a.force else 1024,
         ),

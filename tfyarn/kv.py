@@ -7,12 +7,15 @@ key-value store (YARN). Values are UTF-8 strings, usually JSON.
 from __future__ import annotations
 
 import os
+import queue
+import threading
 import time
 import urllib.parse
 from abc import ABC, abstractmethod
 from typing import Any
 
 from tfyarn.tfconfig import Task
+from tfyarn.timing import DIR_POLL_S, SKEIN_POLL_S
 
 CLUSTER = "cluster"  # the cluster spec JSON, put by the driver once every task registered
 STOP = "stop"  # reason text; every launcher stops its user process when it appears
@@ -20,8 +23,7 @@ STATUS = "status"  # the final status JSON, put by the driver last
 PHASE = "phase"  # what the driver is doing now: registering / running / stopping
 CLIENT = "client"  # put by a watching el_submit; the driver then waits for its ACK
 ACK = "status_ack"  # the client has read STATUS; the AM (and its store) may go
-RELEASE = "release"  # local mode: launchers may exit (on YARN the AM's shutdown ends them)
-POLL_S = 0.02
+KILL = "kill"  # reason text; put by a client (Ctrl-C, `tfyarn kill`) to ask the driver to stop
 
 
 def addr_key(task: Task) -> str:
@@ -36,10 +38,24 @@ def start_key(task: Task) -> str:
     return f"task/{task}/started"
 
 
+def beat_key(task: Task) -> str:
+    """A counter the launcher bumps every HEARTBEAT_S while it lives."""
+    return f"task/{task}/beat"
+
+
+def lost_key(task: Task) -> str:
+    """Put by whoever saw a launcher die before it reported (local mode's client)."""
+    return f"task/{task}/lost"
+
+
+class StoreGone(Exception):
+    """The store cannot be reached any more (on YARN: the ApplicationMaster is gone)."""
+
+
 class KV(ABC):
     """What the protocol needs from a store: put, get, prefix scan and a bounded wait."""
 
-    poll_s = POLL_S
+    poll_s = DIR_POLL_S
 
     @abstractmethod
     def put(self, key: str, value: str) -> None: ...
@@ -50,8 +66,10 @@ class KV(ABC):
     @abstractmethod
     def scan(self, prefix: str) -> dict[str, str]: ...
 
-    def wait(self, key: str, timeout: float | None = None) -> str | None:
-        """Value of `key` once it exists, or None after `timeout` seconds."""
+    def wait(self, key: str, timeout: float | None = None,
+             poll_s: float | None = None) -> str | None:
+        """Value of `key` once it exists, or None after `timeout` seconds; a store without
+        events polls every `poll_s` (default: its own interval)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             value = self.get(key)
@@ -59,7 +77,7 @@ class KV(ABC):
                 return value
             if deadline is not None and time.monotonic() >= deadline:
                 return None
-            time.sleep(self.poll_s)
+            time.sleep(poll_s or self.poll_s)
 
 
 class DirKV(KV):
@@ -74,7 +92,7 @@ class DirKV(KV):
 
     def put(self, key: str, value: str) -> None:
         path = self._path(key)
-        tmp = f"{path}.{os.getpid()}.tmp"
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(value)
         os.replace(tmp, path)
@@ -99,22 +117,49 @@ class DirKV(KV):
 
 
 class SkeinKV(KV):
-    """skein's application key-value store, from inside a container or from the client."""
+    """skein's application key-value store, from inside a container or from the client.
 
-    poll_s = 0.25
+    Every skein failure (the AM went away, a connection error) becomes StoreGone, so
+    callers handle one exception instead of skein's family.
+    """
+
+    poll_s = SKEIN_POLL_S
 
     def __init__(self, app_client: Any) -> None:
         self.app = app_client
 
+    def _call(self, fn: Any, *args: Any) -> Any:
+        import skein
+
+        try:
+            return fn(*args)
+        except (skein.exceptions.SkeinError, ConnectionError, OSError) as exc:
+            raise StoreGone(f"skein key-value store unreachable: {exc}") from None
+
     def put(self, key: str, value: str) -> None:
-        self.app.kv[key] = value.encode("utf-8")
+        self._call(self.app.kv.__setitem__, key, value.encode("utf-8"))
 
     def get(self, key: str) -> str | None:
-        value = self.app.kv.get(key)
+        value = self._call(self.app.kv.get, key)
         return None if value is None else value.decode("utf-8")
 
     def scan(self, prefix: str) -> dict[str, str]:
-        return {k: v.decode("utf-8") for k, v in self.app.kv.get_prefix(prefix).items()}
+        items = self._call(self.app.kv.get_prefix, prefix)
+        return {k: v.decode("utf-8") for k, v in items.items()}
+
+    def wait(self, key: str, timeout: float | None = None,
+             poll_s: float | None = None) -> str | None:
+        """Block on skein's put events (no polling): subscribe first, then get, so a put
+        between the two is never missed."""
+        with self._call(lambda: self.app.kv.events(key=key, event_type="put")) as events:
+            value = self.get(key)
+            if value is not None:
+                return value
+            try:
+                event = self._call(events.get, True, timeout)
+            except queue.Empty:
+                return None
+        return event.result.value.decode("utf-8")
 
 
 def open_kv(url: str) -> KV:

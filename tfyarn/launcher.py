@@ -1,40 +1,45 @@
 """One launcher per task (`python -m tfyarn.launcher`), in a YARN container or a local process.
 
-It reserves a port, publishes host:port, waits for the driver's cluster spec, runs the
-user command with TF_CONFIG in its own process group, stops that group on request
-(SIGTERM, then SIGKILL: MWMS workers ignore SIGTERM), and publishes the exit code with
-the stderr tail. It exits 0 once the result is published: the driver, not YARN's view
-of a container's exit code, decides what the job's outcome is.
+Owns one task's life: reserve a port and register host:port, send heartbeats, wait for
+the driver's cluster spec, run the user command as its own direct child with TF_CONFIG,
+stop it when the driver, a signal or its parent's death says so, contain everything the
+command started (it is the child subreaper, and a watchdog ends the tree if the launcher
+itself is SIGKILLed), and publish the exit record. It exits 0 once the record is out:
+the driver decides the job's outcome (and skein would end the application at once on a
+failed service). Must not decide anything about the job.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from tfyarn import kv as kvmod
+from tfyarn import proc
 from tfyarn.jobspec import JobSpec
+from tfyarn.policy import stderr_excerpt
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task, task_env
+from tfyarn.timing import CLUSTER_WAIT_SLACK_S, HEARTBEAT_S, STOP_POLL_S, STOP_WAIT_S, WAKE_S
 
-STDERR_TAIL_LINES = 20
-LINGER_S = 60.0  # at most this long, wait to be released by the driver before exiting
-PR_SET_PDEATHSIG = 1
+TAG_VAR = "TFYARN_TASK_TAG"  # marks every process of one launcher's tree, for the watchdog
 
 
 def log(task: Task, msg: str) -> None:
-    print(f"tfyarn: {task}: {msg}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError, ValueError):
+        print(f"tfyarn: {task}: {msg}", file=sys.stderr, flush=True)
 
 
 def reserve_port() -> socket.socket:
@@ -44,6 +49,13 @@ def reserve_port() -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("", 0))
     return sock
+
+
+def shell_argv(command: str) -> list[str]:
+    """`-c` is one shell command line, run by bash where there is one (bash execs a lone
+    simple command, so the user's process is the launcher's direct child)."""
+    shell = shutil.which("bash") or "/bin/sh"
+    return [shell, "-c", command]
 
 
 def docker_argv(image: str, command: str, cwd: str, env_keys: Sequence[str], name: str,
@@ -60,113 +72,92 @@ def docker_argv(image: str, command: str, cwd: str, env_keys: Sequence[str], nam
 
 @dataclass
 class StopFlag:
-    """Why the user process must stop (None while it may run); set from signals too."""
+    """Why the task must stop (None while it may run); set from signals and threads,
+    `wake` cuts every wait short when it is set."""
 
     reason: str | None = None
     parent: int = field(default_factory=os.getppid)
+    wake: threading.Event = field(default_factory=threading.Event)
 
-    def check(self, store: kvmod.KV) -> str | None:
-        if self.reason is None and os.getppid() != self.parent:
-            self.reason = "the launcher's parent died"
+    def set(self, reason: str) -> None:
         if self.reason is None:
-            stop = store.get(kvmod.STOP)
-            self.reason = None if stop is None else f"stopped by the driver: {stop}"
+            self.reason = reason
+        self.wake.set()
+
+    def check(self) -> str | None:
+        if self.reason is None and os.getppid() != self.parent:
+            self.set("the launcher's parent died")
         return self.reason
 
 
 def install_signal_handlers(flag: StopFlag) -> None:
     def handler(signum: int, _frame: object) -> None:
-        flag.reason = f"launcher received {signal.Signals(signum).name}"
+        flag.set(f"launcher received {signal.Signals(signum).name}")
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
 
 
-def wait_for_cluster(store: kvmod.KV, flag: StopFlag, deadline: float) -> dict | None:
-    """The cluster spec, or None if the job is stopped or the deadline passes first."""
-    while time.monotonic() < deadline:
-        raw = store.get(kvmod.CLUSTER)
-        if raw is not None:
-            return json.loads(raw)
-        if flag.check(store):
-            return None
-        time.sleep(store.poll_s)
-    flag.reason = "the driver never published the cluster spec"
-    return None
-
-
-def _die_with_parent() -> None:
-    """In the child: get SIGKILL if the launcher itself is SIGKILLed (Linux only)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
-
-def start_user_process(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        list(argv),
-        env=dict(env),
-        stdin=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=_die_with_parent,
-    )
-
-
-def pump_stderr(proc: subprocess.Popen, tail: collections.deque) -> threading.Thread:
-    """Copy the child's stderr through (container log / terminal) and keep its last lines."""
-
-    def run() -> None:
-        assert proc.stderr is not None
-        for raw in iter(proc.stderr.readline, b""):
-            sys.stderr.buffer.write(raw)
-            sys.stderr.flush()
-            tail.append(raw.decode("utf-8", "replace").rstrip("\n"))
-
-    thread = threading.Thread(target=run, daemon=True)
+def _daemon(target: object) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return thread
 
 
-def group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def stop_group(proc: subprocess.Popen, grace: float) -> None:
-    """SIGTERM the whole group, give it `grace` seconds, then SIGKILL what is left."""
-    pgid = proc.pid
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+def heartbeat(store: kvmod.KV, task: Task, flag: StopFlag, done: threading.Event) -> None:
+    """Bump the task's beat counter every HEARTBEAT_S until `done`; the driver counts a
+    task whose counter stops moving as lost."""
+    n = 0
+    while not done.is_set():
+        n += 1
         try:
-            os.killpg(pgid, sig)
-        except ProcessLookupError:
-            break
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            proc.poll()
-            if not group_alive(pgid):
-                return
-            time.sleep(0.05)
+            store.put(kvmod.beat_key(task), str(n))
+        except (kvmod.StoreGone, OSError) as exc:
+            flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
+            return
+        done.wait(HEARTBEAT_S)
 
 
-def supervise(proc: subprocess.Popen, store: kvmod.KV, flag: StopFlag, grace: float) -> int:
-    """Wait for the user process; stop it when the job or a signal says so."""
-    while proc.poll() is None:
-        if flag.check(store):
-            stop_group(proc, grace)
+def watch_stop(store: kvmod.KV, flag: StopFlag, done: threading.Event) -> None:
+    """Wait for the driver's stop request (skein: a blocking event wait)."""
+    while not done.is_set():
+        try:
+            reason = store.wait(kvmod.STOP, timeout=STOP_WAIT_S, poll_s=STOP_POLL_S)
+        except (kvmod.StoreGone, OSError) as exc:
+            flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
+            return
+        if reason is not None:
+            flag.set(f"stopped by the driver: {reason}")
+            return
+
+
+def wait_for_cluster(store: kvmod.KV, flag: StopFlag, deadline: float) -> dict | None:
+    """The cluster spec, or None if the job is stopped or the deadline passes first."""
+    while time.monotonic() < deadline:
+        raw = store.wait(kvmod.CLUSTER, timeout=WAKE_S)
+        if raw is not None:
+            return json.loads(raw)
+        if flag.check():
+            return None
+    flag.set("the driver never published the cluster spec")
+    return None
+
+
+def supervise(child: subprocess.Popen, flag: StopFlag, grace: float, keep: set[int]) -> int:
+    """Wait for the user's process; stop the whole tree when told to. Whatever way it
+    ends, nothing the command started outlives this call."""
+    _daemon(lambda: (child.wait(), flag.wake.set()))
+    while True:
+        flag.wake.clear()
+        if child.returncode is not None:
             break
-        time.sleep(min(store.poll_s, 0.1))
-    rc = proc.wait()
-    with contextlib.suppress(ProcessLookupError):  # what the command left in its group dies
-        os.killpg(proc.pid, signal.SIGKILL)
+        if flag.check():
+            proc.stop_tree(grace, keep, tracked={child.pid})
+            break
+        flag.wake.wait(WAKE_S)
+    rc = child.wait()
+    proc.stop_tree(min(grace, 1.0), keep)  # what the command left behind (daemons)
+    proc.reap(keep)
     return rc
 
 
@@ -194,52 +185,82 @@ def user_argv(a: LaunchArgs, env_keys: Sequence[str], job_id: str) -> list[str]:
     if a.docker_image:
         name = f"tfyarn-{job_id}-{a.task.type}-{a.task.index}"
         return docker_argv(a.docker_image, a.job.command, os.getcwd(), env_keys, name, job_id)
-    return ["/bin/sh", "-c", a.job.command]
+    return shell_argv(a.job.command)
 
 
-def run_task(a: LaunchArgs, settings: Settings, flag: StopFlag, store: kvmod.KV) -> dict:
-    """Register, wait for the cluster, run the command; returns the exit record."""
-    sock = reserve_port()
-    host = settings.advertise_host or socket.getfqdn()
-    addr = f"{host}:{sock.getsockname()[1]}"
-    store.put(kvmod.addr_key(a.task), addr)
-    log(a.task, f"registered at {addr}")
-    record: dict = {"host": host, "addr": addr, "code": None, "stopped": False, "tail": []}
-    cluster = wait_for_cluster(store, flag, time.monotonic() + a.job.register_timeout_s + 60)
-    sock.close()
-    if cluster is None:
-        return {**record, "stopped": True, "reason": flag.reason}
-    job_id = settings.job_id or "unknown"
-    extra = task_env(cluster, a.task, job_id)
-    env = {**os.environ, **dict(a.job.env), **extra}
-    tail: collections.deque = collections.deque(maxlen=STDERR_TAIL_LINES)
-    proc = start_user_process(user_argv(a, [*dict(a.job.env), *extra], job_id), env)
-    store.put(kvmod.start_key(a.task), json.dumps({"pid": proc.pid, "time": time.time()}))
-    pump = pump_stderr(proc, tail)
-    rc = supervise(proc, store, flag, a.job.stop_grace_s)
-    pump.join(timeout=2.0)
-    return {**record, "code": rc, "stopped": flag.reason is not None, "reason": flag.reason,
-            "tail": list(tail)}
+@dataclass
+class Launcher:
+    """One task's launcher: its arguments, store, stop flag and containment tag."""
+
+    args: LaunchArgs
+    settings: Settings
+    store: kvmod.KV
+    flag: StopFlag
+    tag: str
+    watchdog: int
+
+    def run(self) -> dict:
+        """Register, wait for the cluster, run the command; returns the exit record."""
+        a = self.args
+        sock = reserve_port()
+        host = self.settings.advertise_host or socket.getfqdn()
+        addr = f"{host}:{sock.getsockname()[1]}"
+        self.store.put(kvmod.addr_key(a.task), addr)
+        log(a.task, f"registered at {addr}")
+        record: dict = {"host": host, "addr": addr, "code": None, "stopped": False, "tail": []}
+        deadline = time.monotonic() + a.job.register_timeout_s + CLUSTER_WAIT_SLACK_S
+        cluster = wait_for_cluster(self.store, self.flag, deadline)
+        sock.close()
+        if cluster is None:
+            return {**record, "stopped": True, "reason": self.flag.reason}
+        return {**record, **self._run_command(cluster)}
+
+    def _run_command(self, cluster: dict) -> dict:
+        a = self.args
+        job_id = self.settings.job_id or "unknown"
+        extra = task_env(cluster, a.task, job_id)
+        env = {**os.environ, **dict(a.job.env), **extra, TAG_VAR: self.tag}
+        child = proc.start(user_argv(a, [*dict(a.job.env), *extra], job_id), env,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           parent_death=signal.SIGKILL)
+        self.store.put(kvmod.start_key(a.task), json.dumps({"pid": child.pid,
+                                                            "time": time.time()}))
+        assert child.stdout is not None and child.stderr is not None
+        out = proc.LinePump(child.stdout, sys.stdout.buffer)
+        err = proc.LinePump(child.stderr, sys.stderr.buffer)
+        rc = supervise(child, self.flag, a.job.stop_grace_s, {self.watchdog})
+        out.join(timeout=2.0)
+        err.join(timeout=2.0)
+        return {"code": rc, "stopped": self.flag.reason is not None, "reason": self.flag.reason,
+                "tail": list(stderr_excerpt(list(err.tail)))}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    tag = uuid.uuid4().hex
+    watchdog = proc.start_watchdog(TAG_VAR, tag)  # before any thread exists
+    proc.set_subreaper()
     flag = StopFlag()
     install_signal_handlers(flag)
     settings = Settings.from_environ()
     store = kvmod.open_kv(args.store_url)
+    done = threading.Event()
+    launcher = Launcher(args, settings, store, flag, tag, watchdog)
     try:
-        record = run_task(args, settings, flag, store)
+        _daemon(lambda: heartbeat(store, args.task, flag, done))
+        _daemon(lambda: watch_stop(store, flag, done))
+        record = launcher.run()
     except Exception as exc:  # a broken launcher must still tell the driver why
+        proc.stop_tree(0.0, {watchdog})
         record = {"code": 1, "stopped": False, "tail": [f"tfyarn launcher error: {exc!r}"]}
         log(args.task, f"launcher error: {exc!r}")
+    done.set()
     record["time"] = time.time()
-    store.put(kvmod.exit_key(args.task), json.dumps(record))
+    try:
+        store.put(kvmod.exit_key(args.task), json.dumps(record))
+    except (kvmod.StoreGone, OSError) as exc:
+        log(args.task, f"could not report the exit ({exc}); the driver will see it as lost")
     log(args.task, f"exit code {record['code']}" + (" (stopped)" if record["stopped"] else ""))
-    # skein ends an application as "succeeded" once every service container has exited;
-    # staying until the driver has set the final status (its shutdown ends this container)
-    # keeps the driver's verdict, and its diagnostics, the application's final status.
-    store.wait(kvmod.RELEASE, timeout=LINGER_S)
     return 0
 
 

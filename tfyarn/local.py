@@ -1,14 +1,19 @@
 """Local backend (`el_submit --local`): the driver and one launcher per task as local processes.
 
 Same driver, same launcher, same key-value protocol as on YARN, with a directory as the
-store. Task output is prefixed (`[worker:1] ...`) on stderr and kept in per-task log
-files; stdout carries only the job id. Whatever way the job ends, every process that
-carries its TFYARN_JOB_ID is gone afterwards.
+store. Every process writes its own log file (a file never blocks a writer and outlives
+the client); the client shows them on stderr, prefixed `[worker:1] `, while it can.
+stdout carries only the job id. Whatever way the job ends (success, failure, Ctrl-C,
+SIGTERM, SIGHUP, the client SIGKILLed), nothing carrying its TFYARN_JOB_ID survives:
+the launchers contain their trees, the driver ends the job when the client dies, and the
+client sweeps what is left when it can.
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
+import json
 import os
 import shutil
 import signal
@@ -16,24 +21,28 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import IO
 
 from tfyarn import files as filesmod
 from tfyarn import kv as kvmod
-from tfyarn.driver import KILL, Outcome
-from tfyarn.errors import INTERRUPT_EXIT, EnvironmentMissing, JobFailed, SpecError
+from tfyarn import proc
+from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError
+from tfyarn.interrupts import Interrupts
 from tfyarn.jobspec import JobSpec
+from tfyarn.policy import Outcome, elapsed_words, exit_code, plural
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task
+from tfyarn.timing import FOLLOW_S, LOCAL_DRIVER_SLACK_S, LOCAL_STOP_WAIT_S, STOP_REPORT_S
+
+JOB_DIR_PREFIX = "tfyarn-"
 
 
 def say(msg: str) -> None:
-    print(f"tfyarn: {msg}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError, ValueError):
+        print(f"tfyarn: {msg}", file=sys.stderr, flush=True)
 
 
 def new_job_id() -> str:
@@ -63,8 +72,25 @@ def count_gpus() -> int:
         return 0
 
 
-def preflight(spec: JobSpec) -> None:
-    """Everything that can refuse the job before a single process starts."""
+def temp_root(settings: Settings) -> str:
+    """Where job dirs go: TMPDIR, which must be a writable directory if it is set."""
+    root = settings.tmpdir or tempfile.gettempdir()
+    if not os.path.exists(root):
+        problem = "does not exist"
+    elif not os.path.isdir(root):
+        problem = "is not a directory"
+    elif not os.access(root, os.W_OK | os.X_OK):
+        problem = "is not writable"
+    else:
+        return root
+    raise EnvironmentMissing(f"TMPDIR={root!r} {problem}: local jobs keep their dirs there; "
+                             "set TMPDIR to a writable directory (e.g. export TMPDIR=/tmp)")
+
+
+def preflight(spec: JobSpec, settings: Settings) -> tuple[str, filesmod.Inventory]:
+    """Everything that can refuse the job before a single process starts; returns the
+    temp root and what -f ships."""
+    root = temp_root(settings)
     if spec.runtime.mode == "docker":
         why = docker_reachable()
         if why:
@@ -72,11 +98,13 @@ def preflight(spec: JobSpec) -> None:
                                      "start docker or use -m local / -m virtual-env")
     if spec.runtime.mode == "virtual-env" and "://" in (spec.runtime.arg or ""):
         raise SpecError("-m_arg: --local needs a local archive path, not a remote URL")
+    inv = filesmod.inventory(spec.files, spec.yarn.max_upload_mb, skip=[root])
     gpus = max((r.resources.gpus for r in spec.roles), default=0)
     have = count_gpus()
     if gpus and have < sum(r.resources.gpus * r.instances for r in spec.roles):
         say(f"warning: -wg {gpus} asks for GPUs this machine does not have ({have}); "
             "running on CPU")
+    return root, inv
 
 
 # ---------------------------------------------------------------- job dir
@@ -113,6 +141,10 @@ class JobDir:
     def job_json(self) -> str:
         return os.path.join(self.root, "job.json")
 
+    @property
+    def shared_files(self) -> str:
+        return os.path.join(self.root, "files")
+
     def task_dir(self, task: Task) -> str:
         return os.path.join(self.root, "tasks", f"{task.type}_{task.index}")
 
@@ -120,23 +152,38 @@ class JobDir:
         return os.path.join(self.root, "logs", f"{label.replace(':', '_')}.log")
 
 
-def prepare(spec: JobSpec, settings: Settings, job_id: str) -> tuple[JobDir, str]:
+def find_job_dir(job_id: str, settings: Settings) -> str | None:
+    """The dir of a local job, if it is still there (`tfyarn status local_...`)."""
+    pattern = os.path.join(settings.tmpdir or tempfile.gettempdir(), f"{JOB_DIR_PREFIX}{job_id}-*")
+    found = sorted(glob.glob(pattern))
+    return found[-1] if found else None
+
+
+def prepare(spec: JobSpec, root: str, inv: filesmod.Inventory, job_id: str) -> tuple[JobDir, str]:
     """Create the job dir and stage everything; returns (dir, PATH prefix). A failure or
-    Ctrl-C half-way leaves no job dir behind."""
-    filesmod.check_size(spec.files, spec.yarn.max_upload_mb)
-    jd = JobDir(tempfile.mkdtemp(prefix=f"tfyarn-{job_id}-", dir=settings.tmpdir))
+    interrupt half-way leaves no job dir behind."""
     try:
-        return jd, _fill(spec, jd)
+        jd = JobDir(tempfile.mkdtemp(prefix=f"{JOB_DIR_PREFIX}{job_id}-", dir=root))
+    except OSError as exc:
+        raise EnvironmentMissing(f"cannot create the job dir in {root}: {exc.strerror}; set "
+                                 "TMPDIR to a writable directory with free space") from None
+    try:
+        return jd, _fill(spec, jd, inv)
+    except OSError as exc:
+        shutil.rmtree(jd.root, ignore_errors=True)
+        raise EnvironmentMissing(f"cannot stage the job in {jd.root}: {exc}; check free space "
+                                 "and permissions under TMPDIR") from None
     except BaseException:
         shutil.rmtree(jd.root, ignore_errors=True)
         raise
 
 
-def _fill(spec: JobSpec, jd: JobDir) -> str:
+def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory) -> str:
     os.makedirs(os.path.join(jd.root, "logs"))
+    filesmod.copy_into(inv, jd.shared_files)
     for task in spec.tasks():
         os.makedirs(jd.task_dir(task))
-        filesmod.stage(spec.files, jd.task_dir(task), skip=[jd.root])
+        filesmod.link_into(inv, jd.shared_files, jd.task_dir(task))
     with open(jd.job_json, "w", encoding="utf-8") as f:
         f.write(spec.to_json())
     if spec.runtime.mode == "virtual-env":
@@ -148,36 +195,26 @@ def _fill(spec: JobSpec, jd: JobDir) -> str:
 
 
 @dataclass
-class Proc:
-    label: str
-    popen: subprocess.Popen
-    pumps: list[threading.Thread] = field(default_factory=list)
+class Procs:
+    """What this client started: the driver, the launchers (by task) and the log view."""
 
+    jd: JobDir
+    follower: proc.Follower
+    driver: subprocess.Popen | None = None
+    launchers: dict[Task, subprocess.Popen] = field(default_factory=dict)
 
-def _pump(stream: IO[bytes], label: str, log: IO[bytes], lock: threading.Lock) -> threading.Thread:
-    prefix = f"[{label}] ".encode() if label != "driver" else b""
+    def all(self) -> list[subprocess.Popen]:
+        return [p for p in (self.driver, *self.launchers.values()) if p is not None]
 
-    def run() -> None:
-        for line in iter(stream.readline, b""):
-            with lock:
-                sys.stderr.buffer.write(prefix + line)
-                sys.stderr.flush()
-                log.write(line)
-                log.flush()
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
-def spawn(label: str, argv: list[str], cwd: str, env: Mapping[str, str], jd: JobDir,
-          lock: threading.Lock) -> Proc:
-    """Start one process in its own session (Ctrl-C reaches only the client)."""
-    p = subprocess.Popen(argv, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    log = open(jd.log_path(label), "ab")  # noqa: SIM115 - closed with the process
-    assert p.stdout is not None and p.stderr is not None
-    return Proc(label, p, [_pump(p.stdout, label, log, lock), _pump(p.stderr, label, log, lock)])
+    def spawn(self, label: str, argv: list[str], cwd: str, env: dict[str, str]) -> subprocess.Popen:
+        """One process in its own session (the terminal's Ctrl-C and hang-up reach only
+        the client), logging to its own file, told by SIGTERM if the client dies."""
+        path = self.jd.log_path(label)
+        with open(path, "ab") as log:
+            p = proc.start(argv, env, cwd=cwd, stdout=log, stderr=log, new_session=True,
+                           parent_death=signal.SIGTERM)
+        self.follower.add(path, "" if label == "driver" else f"[{label}] ")
+        return p
 
 
 def base_env(settings: Settings, job_id: str, path_prefix: str) -> dict[str, str]:
@@ -188,18 +225,24 @@ def base_env(settings: Settings, job_id: str, path_prefix: str) -> dict[str, str
     return env
 
 
-def start_all(spec: JobSpec, jd: JobDir, env: Mapping[str, str]) -> tuple[Proc, list[Proc]]:
-    lock = threading.Lock()
-    py = sys.executable
-    driver = spawn("driver", [py, "-m", "tfyarn.driver", "--job", jd.job_json, "--kv", jd.kv_url],
-                   jd.root, env, jd, lock)
-    docker = ["--docker-image", spec.runtime.arg or ""] if spec.runtime.mode == "docker" else []
-    launchers = [
-        spawn(str(t), [py, "-m", "tfyarn.launcher", "--job", jd.job_json, "--task", str(t),
-                       "--kv", jd.kv_url, *docker], jd.task_dir(t), env, jd, lock)
-        for t in spec.tasks()
-    ]
-    return driver, launchers
+def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts) -> None:
+    """Driver first, then one launcher per task; stops spawning as soon as a signal came."""
+    jd, py = procs.jd, sys.executable
+    try:
+        procs.driver = procs.spawn("driver", [py, "-m", "tfyarn.driver", "--job", jd.job_json,
+                                              "--kv", jd.kv_url], jd.root, env)
+        docker = ["--docker-image", spec.runtime.arg or ""] if spec.runtime.mode == "docker" else []
+        for t in spec.tasks():
+            if interrupts.count:
+                return
+            procs.launchers[t] = procs.spawn(
+                str(t), [py, "-m", "tfyarn.launcher", "--job", jd.job_json, "--task", str(t),
+                         "--kv", jd.kv_url, *docker], jd.task_dir(t), env)
+    except OSError as exc:
+        raise EnvironmentMissing(
+            f"could not start the job's processes after {len(procs.all())} of "
+            f"{len(spec.tasks()) + 1}: {exc}; raise the limits (ulimit -n for open files, "
+            "ulimit -u for processes) or run fewer tasks") from None
 
 
 # ---------------------------------------------------------------- teardown
@@ -207,38 +250,18 @@ def start_all(spec: JobSpec, jd: JobDir, env: Mapping[str, str]) -> tuple[Proc, 
 
 def job_pids(job_id: str) -> list[int]:
     """Every process whose environment carries this job's id: the whole tree, however deep."""
-    needle = f"TFYARN_JOB_ID={job_id}".encode()
-    pids = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    pids.append(int(name))
-        except OSError:
-            continue
-    return pids
+    return proc.tagged("TFYARN_JOB_ID", job_id)
 
 
-def kill_all(procs: Iterable[Proc], job_id: str, docker: bool) -> None:
+def kill_all(procs: Iterable[subprocess.Popen], job_id: str, docker: bool) -> None:
     """SIGKILL every process group we started, then anything else that carries the job id."""
+    procs = list(procs)
     for p in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(p.popen.pid, signal.SIGKILL)
-        p.popen.poll()
-    for _ in range(3):
-        pids = job_pids(job_id)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        if not pids:
-            break
-        time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+    proc.kill_rounds(lambda: job_pids(job_id))
     for p in procs:
-        p.popen.wait()
-        for t in p.pumps:
-            t.join(timeout=1.0)
+        p.wait()
     if docker:
         _remove_containers(job_id)
 
@@ -250,11 +273,11 @@ def _remove_containers(job_id: str) -> None:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
 
 
-def wait_procs(procs: Iterable[Proc], timeout: float) -> bool:
+def wait_procs(procs: Iterable[subprocess.Popen], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     for p in procs:
         try:
-            p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             return False
     return True
@@ -263,61 +286,115 @@ def wait_procs(procs: Iterable[Proc], timeout: float) -> bool:
 # ---------------------------------------------------------------- the job
 
 
+def emit_id(job_id: str) -> None:
+    """stdout carries the id alone; a closed stdout is said, not a silent failure."""
+    try:
+        if sys.stdout is None:
+            raise OSError("stdout is closed")
+        print(job_id, flush=True)
+    except (OSError, ValueError):
+        say(f"warning: stdout is closed, so the job id is not printed there: {job_id}")
+        with contextlib.suppress(OSError):  # no error again when Python flushes at exit
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+
+
 @dataclass
 class LocalJob:
     spec: JobSpec
     settings: Settings
+    interrupts: Interrupts = field(default_factory=Interrupts)
     job_id: str = field(default_factory=new_job_id)
+    started: float = field(default_factory=time.monotonic)
 
     def run(self) -> Outcome:
-        """Run the job to its end; returns the outcome, raises JobFailed when it failed."""
-        preflight(self.spec)
-        jd, prefix = prepare(self.spec, self.settings, self.job_id)
-        print(self.job_id, flush=True)
-        say(f"job {self.job_id}: {len(self.spec.tasks())} tasks, dir {jd.root}")
-        driver, launchers = start_all(self.spec, jd, base_env(self.settings, self.job_id, prefix))
-        everyone = [driver, *launchers]
-        try:
-            interrupted = self._wait(driver, jd)
-        finally:
-            wait_procs(launchers, self.spec.stop_grace_s + 5.0)
-            kill_all(everyone, self.job_id, self.spec.runtime.mode == "docker")
-        return self._finish(jd, interrupted)
+        """Run the job to its end; returns the outcome, raises JobFailed when it did not
+        succeed (with the exit code of the ending)."""
+        root, inv = preflight(self.spec, self.settings)
+        jd, prefix = prepare(self.spec, root, inv, self.job_id)
+        with self.interrupts.deferred():
+            emit_id(self.job_id)
+            say(f"job {self.job_id}: {plural(len(self.spec.tasks()), 'task')}, dir {jd.root}")
+            procs = Procs(jd, proc.Follower(_stderr_bytes(), FOLLOW_S).start())
+            try:
+                start_all(self.spec, procs, base_env(self.settings, self.job_id, prefix),
+                          self.interrupts)
+                self._watch(procs)
+            finally:
+                wait_procs(procs.launchers.values(), self.spec.stop_grace_s + STOP_REPORT_S)
+                kill_all(procs.all(), self.job_id, self.spec.runtime.mode == "docker")
+                procs.follower.stop()
+        return self._finish(jd)
 
-    def _wait(self, driver: Proc, jd: JobDir) -> bool:
-        """Wait for the driver; on Ctrl-C ask it to stop the job. True if interrupted."""
-        limit = None if self.spec.timeout_s is None else self.spec.timeout_s + 30.0
-        try:
-            driver.popen.wait(timeout=limit)
-            return False
-        except subprocess.TimeoutExpired:
-            say("the driver did not end the job after --timeout; killing it")
-            return False
-        except KeyboardInterrupt:
-            say("interrupted: stopping every task (Ctrl-C again to kill at once)")
-            kvmod.open_kv(jd.kv_url).put(KILL, "interrupted by the user (Ctrl-C)")
-            with contextlib.suppress(subprocess.TimeoutExpired):  # then everything is killed
-                driver.popen.wait(timeout=self.spec.stop_grace_s + 15.0)
-            return True
+    def _watch(self, procs: Procs) -> None:
+        """Wait for the driver; report dead launchers; act on signals and deadlines."""
+        store = kvmod.open_kv(procs.jd.kv_url)
+        asked_at: float | None = None
+        limit = None if self.spec.timeout_s is None else self.spec.timeout_s + LOCAL_DRIVER_SLACK_S
+        while procs.driver is not None and procs.driver.poll() is None:
+            if self.interrupts.count >= 2:
+                say("killing every task now")
+                return
+            if self.interrupts.count and asked_at is None:
+                asked_at = time.monotonic()
+                say(f"{self.interrupts.words()}: stopping every task (send it again to kill "
+                    "at once)")
+                store.put(kvmod.KILL, self.interrupts.words())
+            if asked_at is not None and time.monotonic() - asked_at > self._stop_wait():
+                say("the driver did not stop the job in time; killing every task")
+                return
+            if limit is not None and time.monotonic() - self.started > limit:
+                say("the driver did not end the job after --timeout; killing every task")
+                return
+            report_dead_launchers(procs, store)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                procs.driver.wait(timeout=FOLLOW_S)
 
-    def _finish(self, jd: JobDir, interrupted: bool) -> Outcome:
+    def _stop_wait(self) -> float:
+        return self.spec.stop_grace_s + LOCAL_STOP_WAIT_S
+
+    def _finish(self, jd: JobDir) -> Outcome:
         raw = kvmod.open_kv(jd.kv_url).get(kvmod.STATUS)
-        if interrupted:
-            raise JobFailed(f"job {self.job_id} interrupted; every task was stopped "
-                            f"(logs: {jd.root}/logs)", INTERRUPT_EXIT)
+        took = elapsed_words(time.monotonic() - self.started)
+        if self.interrupts.count:
+            raise JobFailed(f"job {self.job_id} {self.interrupts.words()}; every task was "
+                            f"stopped after {took} (logs: {jd.root}/logs)",
+                            self.interrupts.exit_code())
         if raw is None:
-            raise JobFailed(f"job {self.job_id}: the driver ended without a final status; "
-                            f"read {jd.log_path('driver')}")
+            raise JobFailed(f"job {self.job_id}: the driver ended without a final status after "
+                            f"{took}; read {jd.log_path('driver')}")
         outcome = Outcome.from_json(raw)
         if outcome.state != "SUCCEEDED":
-            raise JobFailed(failure_message(self.job_id, outcome, jd))
-        if not self.settings.keep_job_dir:
+            raise JobFailed(failure_message(self.job_id, outcome, jd, took),
+                            exit_code(outcome.state))
+        if self.settings.keep_job_dir:
+            say(f"logs kept (TFYARN_KEEP_JOB_DIR): {jd.root}/logs")
+        else:
             shutil.rmtree(jd.root, ignore_errors=True)
+        say(f"job {self.job_id} SUCCEEDED in {took}: {outcome.message}")
         return outcome
 
 
-def failure_message(job_id: str, outcome: Outcome, jd: JobDir) -> str:
+def report_dead_launchers(procs: Procs, store: kvmod.KV) -> None:
+    """A launcher process that ended without an exit record died (SIGKILL, OOM killer):
+    tell the driver now rather than after the heartbeat timeout."""
+    for task, p in procs.launchers.items():
+        if p.poll() is None or store.get(kvmod.exit_key(task)) is not None:
+            continue
+        if store.get(kvmod.lost_key(task)) is None:
+            how = f"killed by {signal.Signals(-p.returncode).name}" if p.returncode < 0 \
+                else f"exit code {p.returncode}"
+            store.put(kvmod.lost_key(task), json.dumps({
+                "code": None, "lost": True, "time": time.time(),
+                "reason": f"its launcher process died ({how}) before reporting"}))
+
+
+def _stderr_bytes():  # noqa: ANN202 - a binary stream or None
+    return getattr(sys.stderr, "buffer", None)
+
+
+def failure_message(job_id: str, outcome: Outcome, jd: JobDir, took: str) -> str:
     lines = outcome.describe(f"job {job_id}")
+    lines[0] += f" (after {took})"
     where = jd.log_path(outcome.task) if outcome.task else os.path.join(jd.root, "logs")
     lines.append(f"full log: less {where}")
     return "\n".join(lines)

@@ -21,6 +21,7 @@ class Settings:
     keep_job_dir: bool = False
     conf_file: str | None = None
     home: str = "~"
+    user: str = "tfyarn"
 
     def conf_files(self) -> tuple[str, ...]:
         """Where site defaults (conf/tfyarn.yaml) are looked for, first found wins."""
@@ -41,4 +42,14 @@ class Settings:
             keep_job_dir=e.get("TFYARN_KEEP_JOB_DIR", "") not in ("", "0"),
             conf_file=e.get("TFYARN_CONF"),
             home=e.get("HOME", "~"),
+            user=e.get("USER") or e.get("LOGNAME") or "tfyarn",
         )
+
+    def conf_dir(self, given: str | None = None) -> str | None:
+        """The Hadoop client configuration: -conf, else HADOOP_CONF_DIR, else the
+        distribution's own etc/hadoop."""
+        if given:
+            return os.path.abspath(given)
+        if self.hadoop_conf_dir:
+            return self.hadoop_conf_dir
+        return os.path.join(self.hadoop_home, "etc", "hadoop") if self.hadoop_home else None

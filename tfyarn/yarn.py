@@ -1,12 +1,13 @@
 """YARN backend: stage files, submit through skein, watch, and the lifecycle commands.
 
 Thin on purpose: what runs the job is the same driver (in the ApplicationMaster) and
-launchers (in the containers) as local mode; this module only talks to YARN.
+launchers (in the containers) as local mode; this module only talks to YARN. Reading
+reports goes through the RM's REST API where it can (no JVM), through skein otherwise.
+Every YARN or skein failure becomes one TfYarnError line saying what to run next.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -15,33 +16,30 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfyarn import appspec
+from tfyarn import appspec, rm
 from tfyarn import files as filesmod
 from tfyarn import kv as kvmod
-from tfyarn.driver import EXIT_CODES, KILL, Outcome, format_tasks
-from tfyarn.errors import (
-    INTERRUPT_EXIT,
-    EnvironmentMissing,
-    JobFailed,
-    SpecError,
-    TfYarnError,
-)
+from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError, TfYarnError
+from tfyarn.interrupts import Interrupts
 from tfyarn.jobspec import JobSpec
+from tfyarn.policy import STATE_EXIT, Outcome, exit_code, format_tasks
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task
+from tfyarn.timing import YARN_KILL_WAIT_S, YARN_POLL_S
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
-POLL_S = 1.0
+REPORT_RETRIES = 5  # consecutive failed report calls before the watcher gives up
 NO_HADOOP = ("no Hadoop client here: skein needs the `yarn` command on PATH ($HADOOP_HOME/bin) "
              "and HADOOP_CONF_DIR (or -conf) pointing at the cluster; or run with --local")
 
 
 def say(msg: str) -> None:
-    print(f"tfyarn: {msg}", file=sys.stderr, flush=True)
+    with suppress(OSError, ValueError):
+        print(f"tfyarn: {msg}", file=sys.stderr, flush=True)
 
 
 @dataclass(frozen=True)
@@ -55,26 +53,28 @@ class ClientOptions:
 # ---------------------------------------------------------------- staging (local I/O only)
 
 
-def _archive(src: str, dest: str, skip: list[str]) -> None:
-    with tarfile.open(dest, "w:gz") as tar:
-        for rel in filesmod.walk(src, skip):
-            tar.add(os.path.join(src, rel), arcname=rel)
+def _archive(entries: list[tuple[str, str]], dest: str) -> None:
+    """A dir's files as a .tar.gz: links already followed by the walk, stored as files."""
+    with tarfile.open(dest, "w:gz", dereference=True) as tar:
+        for src, rel in entries:
+            tar.add(src, arcname=rel, recursive=False)
 
 
 def stage(spec: JobSpec, tmp: str) -> appspec.Staged:
     """Write the job JSON and pack each `-f` directory as an archive YARN will unpack."""
-    filesmod.check_size(spec.files, spec.yarn.max_upload_mb, skip=[tmp])
+    filesmod.inventory(spec.files, spec.yarn.max_upload_mb, skip=[tmp])
     job_json = os.path.join(tmp, appspec.JOB_FILE)
     with open(job_json, "w", encoding="utf-8") as f:
         f.write(spec.to_json())
     resources, contents = [], []
     for i, f in enumerate(spec.files):
         if not f.is_dir:
-            resources.append((f.dest, f.source, "file"))
+            resources.append((f.dest, os.path.realpath(f.source), "file"))
             continue
         name = f.dest or f".tfyarn-files-{i}"
         archive = os.path.join(tmp, f"files-{i}.tar.gz")
-        _archive(f.source, archive, [tmp])
+        _archive([(os.path.join(f.source, rel), rel) for rel in filesmod.walk(f.source, [tmp])],
+                 archive)
         resources.append((name, archive, "archive"))
         if not f.dest:
             contents.append(name)
@@ -83,18 +83,32 @@ def stage(spec: JobSpec, tmp: str) -> appspec.Staged:
 
 def load_defaults(settings: Settings) -> appspec.ClusterDefaults:
     """Site defaults from TFYARN_CONF, ~/.config/tfyarn/tfyarn.yaml or /etc/tfyarn/tfyarn.yaml."""
-    import yaml
-
     for path in settings.conf_files():
         if os.path.isfile(path):
-            with open(path, encoding="utf-8") as f:
-                data = yaml.safe_load(f) or {}
-            docker = data.get("docker", {}) or {}
-            return appspec.ClusterDefaults(
-                docker_network=docker.get("network", "host"),
-                docker_mounts=tuple(docker.get("mounts", ()) or ()),
-                extra_env={str(k): str(v) for k, v in (data.get("env", {}) or {}).items()})
+            return _parse_defaults(path)
     return appspec.ClusterDefaults()
+
+
+def _parse_defaults(path: str) -> appspec.ClusterDefaults:
+    import yaml
+
+    fix = f"fix {path} (see conf/tfyarn.yaml in tfyarn for the format) or point TFYARN_CONF " \
+          "elsewhere"
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise SpecError(f"site defaults {path}: cannot read them ({exc}); {fix}") from None
+    docker, env = (data.get("docker") or {}, data.get("env") or {}) if isinstance(data, dict) \
+        else (None, None)
+    if not isinstance(docker, dict) or not isinstance(env, dict) \
+            or not isinstance(docker.get("mounts") or [], list):
+        raise SpecError(f"site defaults {path}: expected a mapping with `docker:` (network, "
+                        f"mounts list) and `env:` mappings; {fix}")
+    return appspec.ClusterDefaults(
+        docker_network=str(docker.get("network", "host")),
+        docker_mounts=tuple(str(m) for m in docker.get("mounts") or ()),
+        extra_env={str(k): str(v) for k, v in env.items()})
 
 
 # ---------------------------------------------------------------- skein client
@@ -145,14 +159,17 @@ def _client_failure(exc: BaseException) -> str:
     return f"cannot start skein's YARN client: {exc}; check HADOOP_CONF_DIR (-conf) and Kerberos"
 
 
-
 def report(client: Any, app_id: str) -> Any:
+    """skein's application report; any failure is one line saying what to run next."""
     import skein
 
     try:
         return client.application_report(app_id)
-    except (skein.exceptions.SkeinError, ValueError) as exc:
+    except ValueError as exc:
         raise TfYarnError(f"no application {app_id}: {exc} (list them: tfyarn ls --all)") from None
+    except (skein.exceptions.SkeinError, ConnectionError, OSError) as exc:
+        raise TfYarnError(f"cannot reach YARN for {app_id}: {exc}; try again: "
+                          f"tfyarn status {app_id}") from None
 
 
 def app_store(client: Any, app_id: str) -> kvmod.SkeinKV | None:
@@ -173,47 +190,74 @@ def next_steps(app_id: str, task: str | None = None) -> str:
     return f"logs: tfyarn logs {app_id}{only}   (or: yarn logs -applicationId {app_id})"
 
 
+def submit(client: Any, app_spec: Any, spec: JobSpec) -> str:
+    """Submit; a cluster that refuses the request says so in one line."""
+    import skein
+
+    try:
+        return client.submit(app_spec)
+    except ValueError as exc:
+        gpus = max(r.resources.gpus for r in spec.roles)
+        if gpus and "gpu" in str(exc).lower():
+            raise SpecError(f"-wg {gpus}: this cluster has no GPU resource (yarn.io/gpu) "
+                            f"configured ({exc}); use -wg 0, or a cluster/queue with GPU "
+                            "scheduling enabled") from None
+        raise SpecError(f"YARN refused the application: {exc}") from None
+    except (skein.exceptions.SkeinError, ConnectionError) as exc:
+        raise TfYarnError(f"submission failed: {exc}; check the cluster with: yarn node -list")\
+            from None
+
+
 # ---------------------------------------------------------------- submit and watch
 
 
-def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions) -> int:
+def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
+                     interrupts: Interrupts | None = None) -> int:
+    interrupts = interrupts or Interrupts()
     require_client(opts)
     defaults = load_defaults(settings)
     with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:
         staged = stage(spec, tmp)
         app_spec = appspec.application_spec(spec, staged, defaults)
         with yarn_client(opts) as client:
-            app_id = client.submit(app_spec)
-            print(app_id, flush=True)
-            return _after_submit(client, app_id, spec, opts)
+            app_id = submit(client, app_spec, spec)
+            with interrupts.deferred():
+                try:
+                    print(app_id, flush=True)
+                except (OSError, ValueError, AttributeError):
+                    say(f"warning: stdout is closed, so the application id is not printed "
+                        f"there: {app_id}")
+                return _after_submit(client, app_id, spec, opts, interrupts)
 
 
-def _after_submit(client: Any, app_id: str, spec: JobSpec, opts: ClientOptions) -> int:
+def _after_submit(client: Any, app_id: str, spec: JobSpec, opts: ClientOptions,
+                  interrupts: Interrupts) -> int:
     if opts.detach:
         say(f"submitted {app_id}; follow it with: tfyarn status {app_id} | tfyarn logs {app_id} "
             f"| tfyarn kill {app_id}")
         return 0
-    watcher = Watcher(client, app_id, spec)
-    try:
-        return watcher.run()
-    except KeyboardInterrupt:
-        say(f"interrupted: killing {app_id}")
-        stop_application(client, app_id, "interrupted by the user (Ctrl-C)", spec.stop_grace_s)
-        raise JobFailed(f"{app_id} killed on Ctrl-C; {next_steps(app_id)}",
-                        INTERRUPT_EXIT) from None
+    return Watcher(client, app_id, spec, interrupts).run()
 
 
-def stop_application(client: Any, app_id: str, reason: str, grace: float = 3.0) -> str:
-    """Ask the driver to stop every task (orderly, final status KILLED); force if it can't."""
+def stop_application(client: Any, app_id: str, reason: str, grace: float = 3.0,
+                     interrupts: Interrupts | None = None) -> str:
+    """Ask the driver to stop every task (orderly, final status KILLED); force it when
+    the driver cannot (no AM yet, no answer in time) or a second signal says so."""
     store = app_store(client, app_id)
     if store is not None:
-        store.put(KILL, reason)
-        deadline = time.monotonic() + grace + 30.0
-        while time.monotonic() < deadline:
-            state = str(report(client, app_id).state)
-            if state in TERMINAL:
-                return state
-            time.sleep(POLL_S)
+        try:
+            store.put(kvmod.KILL, reason)
+        except kvmod.StoreGone:
+            store = None
+    deadline = time.monotonic() + grace + YARN_KILL_WAIT_S
+    while store is not None and time.monotonic() < deadline:
+        if interrupts is not None and interrupts.count >= 2:
+            say("second signal: killing the application now")
+            break
+        state = str(report(client, app_id).state)
+        if state in TERMINAL:
+            return state
+        time.sleep(YARN_POLL_S)
     client.kill_application(app_id)
     return "KILLED"
 
@@ -225,6 +269,7 @@ class Watcher:
     client: Any
     app_id: str
     spec: JobSpec
+    interrupts: Interrupts = field(default_factory=Interrupts)
     state: str = ""
     store: kvmod.SkeinKV | None = None
     tracking_shown: bool = False
@@ -232,19 +277,43 @@ class Watcher:
     phase: str | None = None
     started: set[str] = field(default_factory=set)
     outcome: Outcome | None = None
+    failures: int = 0
+    begun: float = field(default_factory=time.monotonic)
 
     def run(self) -> int:
-        start = time.monotonic()
         while True:
+            if self.interrupts.count:
+                return self._interrupted()
+            rep = self._report()
+            if rep is not None:
+                self._state(rep)
+                if str(rep.state) in TERMINAL:
+                    return self._final(rep)
+                if str(rep.state) == "RUNNING":
+                    self._progress()
+                elif time.monotonic() - self.begun > self.spec.register_timeout_s:
+                    self._never_started()
+            time.sleep(YARN_POLL_S)
+
+    def _report(self) -> Any:
+        """The report, or None after a passing failure; gives up after a few in a row."""
+        try:
             rep = report(self.client, self.app_id)
-            self._state(rep)
-            if str(rep.state) in TERMINAL:
-                return self._final(rep)
-            if str(rep.state) == "RUNNING":
-                self._progress()
-            elif time.monotonic() - start > self.spec.register_timeout_s:
-                self._never_started()
-            time.sleep(POLL_S)
+        except TfYarnError:
+            self.failures += 1
+            if self.failures >= REPORT_RETRIES:
+                raise
+            return None
+        self.failures = 0
+        return rep
+
+    def _interrupted(self) -> int:
+        words = self.interrupts.words()
+        say(f"{words}: killing {self.app_id} (send it again to kill at once)")
+        stop_application(self.client, self.app_id, f"{words} (el_submit)",
+                         self.spec.stop_grace_s, self.interrupts)
+        raise JobFailed(f"{self.app_id} killed: el_submit was {words}; {next_steps(self.app_id)}",
+                        self.interrupts.exit_code())
 
     def _never_started(self) -> None:
         """The AM never ran, so no driver enforces -wait_time: the client does."""
@@ -264,14 +333,16 @@ class Watcher:
             say(f"tracking URL: {rep.tracking_url}")
 
     def _progress(self) -> None:
-        if self.store is None:
-            self.store = app_store(self.client, self.app_id)
-            if self.store is None:
-                return
-            self.store.put(kvmod.CLIENT, "watching")
+        """Read the job's store; an AM that went away is not an error here: the next
+        report says how the application ended."""
         try:
+            if self.store is None:
+                self.store = app_store(self.client, self.app_id)
+                if self.store is None:
+                    return
+                self.store.put(kvmod.CLIENT, "watching")
             self._read_store(self.store)
-        except Exception:  # the AM is going away; the final report says how it ended
+        except Exception:  # skein raises its own family and grpc's; the report decides
             self.store = None
 
     def _read_store(self, store: kvmod.SkeinKV) -> None:
@@ -287,17 +358,17 @@ class Watcher:
             say({"running": "training", "stopping": "finishing"}.get(phase, phase))
         started = {k.split("/")[1] for k in keys if k.endswith("/started")}
         for task in sorted(started - self.started):
-            self._print_log_url(task)
+            self._print_log_url(store, task)
         self.started |= started
         raw = store.get(kvmod.STATUS)
         if raw and self.outcome is None:
             self.outcome = Outcome.from_json(raw)
             store.put(kvmod.ACK, "1")
 
-    def _print_log_url(self, task: str) -> None:
+    def _print_log_url(self, store: kvmod.SkeinKV, task: str) -> None:
         name = appspec.service_name(Task.parse(task))
         try:
-            containers = self.store.app.get_containers(services=[name]) if self.store else []
+            containers = store.app.get_containers(services=[name])
         except Exception:
             containers = []
         for c in containers:
@@ -309,12 +380,18 @@ class Watcher:
             say("tasks:")
             for line in format_tasks(self.outcome.tasks):
                 say(f"  {line}")
-        state = final if final in EXIT_CODES else ("KILLED" if self.state == "KILLED" else "FAILED")
+        state = final if final in STATE_EXIT else ("KILLED" if self.state == "KILLED" else "FAILED")
         if state == "SUCCEEDED":
-            say(f"{self.app_id} SUCCEEDED")
+            say(f"{self.app_id} SUCCEEDED in {elapsed(self.begun)}")
             return 0
         raise JobFailed(failure_text(self.app_id, state, self.outcome, rep.diagnostics),
-                        EXIT_CODES[state])
+                        exit_code(state))
+
+
+def elapsed(since: float) -> str:
+    from tfyarn.policy import elapsed_words
+
+    return elapsed_words(time.monotonic() - since)
 
 
 def failure_text(app_id: str, state: str, outcome: Outcome | None, diagnostics: str) -> str:
@@ -327,22 +404,53 @@ def failure_text(app_id: str, state: str, outcome: Outcome | None, diagnostics: 
 # ---------------------------------------------------------------- lifecycle commands
 
 
-def status(app_id: str) -> int:
-    with yarn_client(ClientOptions()) as client:
-        rep = report(client, app_id)
-        print(f"application: {app_id}\nname: {rep.name}\nstate: {rep.state}\n"
-              f"final status: {rep.final_status}\ntracking URL: {rep.tracking_url}")
-        if str(rep.state) == "RUNNING" and (store := app_store(client, app_id)):
+def rest_client(opts: ClientOptions) -> rm.RestClient:
+    settings = Settings.from_environ()
+    return rm.RestClient.from_conf_dir(settings.conf_dir(opts.conf_dir), settings.user)
+
+
+def rest_report(app_id: str, opts: ClientOptions) -> dict | None:
+    """The RM's report as a dict (state, finalStatus, ...), or None where REST can't serve."""
+    try:
+        return rest_client(opts).app(app_id)
+    except rm.NotFound:
+        raise TfYarnError(f"no application {app_id} (list them: tfyarn ls --all)") from None
+    except rm.Unavailable:
+        return None
+
+
+def _print_report(app_id: str, name: str, state: str, final: str, url: str, diag: str) -> None:
+    print(f"application: {app_id}\nname: {name}\nstate: {state}\nfinal status: {final}\n"
+          f"tracking URL: {url}")
+    if diag:
+        print(f"diagnostics:\n{diag.strip()}")
+
+
+def status(app_id: str, opts: ClientOptions | None = None, tasks: bool = False) -> int:
+    opts = opts or ClientOptions()
+    rep = rest_report(app_id, opts)
+    if rep is not None and not (tasks and rep.get("state") == "RUNNING"):
+        _print_report(app_id, rep.get("name", ""), rep.get("state", ""),
+                      rep.get("finalStatus", ""), rep.get("trackingUrl", ""),
+                      rep.get("diagnostics", ""))
+        if rep.get("state") == "RUNNING":
+            print(f"(per-task table: tfyarn status {app_id} --tasks)")
+        return 0
+    with yarn_client(opts) as client:
+        r = report(client, app_id)
+        _print_report(app_id, r.name, str(r.state), str(r.final_status), r.tracking_url or "",
+                      r.diagnostics or "")
+        if str(r.state) == "RUNNING" and (store := app_store(client, app_id)):
             print("tasks:")
             for line in live_tasks(store):
                 print(f"  {line}")
-        if rep.diagnostics:
-            print(f"diagnostics:\n{rep.diagnostics.strip()}")
     return 0
 
 
 def live_tasks(store: kvmod.KV) -> list[str]:
     """Per-task lines while the job runs: address, and exit code once it has one."""
+    import json
+
     keys = store.scan("task/")
     tasks = sorted({k.split("/")[1] for k in keys})
     out = []
@@ -370,17 +478,20 @@ def select_task_logs(text: str, task: str) -> str:
     return "".join(b for b in blocks if marker in b)
 
 
-def logs(app_id: str, task: str | None) -> int:
+def logs(app_id: str, task: str | None, opts: ClientOptions | None = None) -> int:
+    opts = opts or ClientOptions()
     if task:
         try:
             Task.parse(task)
         except ValueError as exc:
             raise SpecError(f"--task: {exc}") from None
-    with yarn_client(ClientOptions()) as client:
-        rep = report(client, app_id)
-        if str(rep.state) not in TERMINAL:
+    rep = rest_report(app_id, opts)
+    if rep is not None and rep.get("state") in TERMINAL:
+        return _aggregated_logs(app_id, task, opts)
+    with yarn_client(opts) as client:
+        if str(report(client, app_id).state) not in TERMINAL:
             return _live_log_urls(client, app_id, task)
-    return _aggregated_logs(app_id, task)
+    return _aggregated_logs(app_id, task, opts)
 
 
 def _live_log_urls(client: Any, app_id: str, task: str | None) -> int:
@@ -389,16 +500,25 @@ def _live_log_urls(client: Any, app_id: str, task: str | None) -> int:
         raise TfYarnError(f"{app_id} is not running yet; try again: tfyarn logs {app_id}")
     services = [appspec.service_name(Task.parse(task))] if task else None
     print(f"{app_id} is running; container logs:")
-    for c in store.app.get_containers(services=services):
+    try:
+        containers = store.app.get_containers(services=services)
+    except Exception as exc:  # the AM ended between the report and this call
+        raise TfYarnError(f"{app_id} ended just now ({exc}); try again: tfyarn logs "
+                          f"{app_id}") from None
+    for c in containers:
         print(f"  {c.service_name:<12} {log_url(c)}")
     return 0
 
 
-def _aggregated_logs(app_id: str, task: str | None) -> int:
+def _aggregated_logs(app_id: str, task: str | None, opts: ClientOptions) -> int:
     """`yarn logs` (skein's own reader fails on Hadoop 3.3's bucket-logs-tfile layout)."""
     if shutil.which("yarn") is None:
         raise EnvironmentMissing(f"`yarn` is not on PATH: {NO_HADOOP}")
-    r = subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True, text=True)
+    env = dict(os.environ)
+    if opts.conf_dir:
+        env["HADOOP_CONF_DIR"] = os.path.abspath(opts.conf_dir)
+    r = subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True,
+                       text=True, env=env)
     if r.returncode != 0:
         raise TfYarnError(f"yarn logs failed for {app_id}: {r.stderr.strip()[-500:]} "
                           "(is log aggregation enabled, yarn.log-aggregation-enable?)")
@@ -409,26 +529,49 @@ def _aggregated_logs(app_id: str, task: str | None) -> int:
     return 0
 
 
-def kill(app_id: str) -> int:
-    with yarn_client(ClientOptions()) as client:
-        rep = report(client, app_id)
-        if str(rep.state) in TERMINAL:
-            say(f"{app_id} already ended: {rep.state} / {rep.final_status}")
+def kill(app_id: str, opts: ClientOptions | None = None) -> int:
+    opts = opts or ClientOptions()
+    rep = rest_report(app_id, opts)
+    if rep is not None and rep.get("state") in TERMINAL:
+        say(f"{app_id} already ended: {rep.get('state')} / {rep.get('finalStatus')}")
+        return 0
+    with yarn_client(opts) as client:
+        r = report(client, app_id)
+        if str(r.state) in TERMINAL:
+            say(f"{app_id} already ended: {r.state} / {r.final_status}")
             return 0
         state = stop_application(client, app_id, "killed with tfyarn kill")
         say(f"{app_id}: {state}")
     return 0
 
 
-def ls(show_all: bool) -> int:
-    states = None if not show_all else ["SUBMITTED", "ACCEPTED", "RUNNING", "FINISHED",
-                                        "FAILED", "KILLED"]
-    with yarn_client(ClientOptions()) as client:
+def ls(show_all: bool, opts: ClientOptions | None = None) -> int:
+    opts = opts or ClientOptions()
+    states = rm.ALL_STATES if show_all else rm.ACTIVE_STATES
+    try:
+        rows = [(a["id"], a.get("name", ""), a.get("state", ""), a.get("finalStatus", ""),
+                 a.get("startedTime", 0)) for a in rest_client(opts).apps(appspec.APP_TAG, states)]
+    except rm.Unavailable:
+        rows = _ls_skein(show_all, opts)
+    rows.sort(key=lambda r: r[4] or 0, reverse=True)
+    print(f"{'APPLICATION':<32} {'NAME':<20} {'STATE':<10} {'FINAL':<10} STARTED")
+    for app_id, name, state, final, started in rows:
+        print(f"{app_id:<32} {str(name)[:20]:<20} {state:<10} {final:<10} {_when(started)}")
+    return 0
+
+
+def _when(millis: Any) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(millis) / 1000))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(millis)
+
+
+def _ls_skein(show_all: bool, opts: ClientOptions) -> list[tuple]:
+    states = list(rm.ALL_STATES[2:]) if show_all else None
+    with yarn_client(opts) as client:
         apps = [a for a in client.get_applications(states=states)
                 if appspec.APP_TAG in set(a.tags or ())]
-    apps.sort(key=lambda a: a.start_time or 0, reverse=True)
-    print(f"{'APPLICATION':<32} {'NAME':<20} {'STATE':<10} {'FINAL':<10} STARTED")
-    for a in apps:
-        print(f"{a.id:<32} {a.name[:20]:<20} {str(a.state):<10} {str(a.final_status):<10} "
-              f"{a.start_time}")
-    return 0
+    return [(a.id, a.name, str(a.state), str(a.final_status),
+             int(a.start_time.timestamp() * 1000) if hasattr(a.start_time, "timestamp")
+             else a.start_time) for a in apps]

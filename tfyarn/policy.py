@@ -1,0 +1,228 @@
+"""The job's pure decisions, shared by both backends: outcome, liveness, exit codes, messages.
+
+Owns: how task ends combine into the job's outcome, when a silent launcher counts as
+lost, which exit code each ending gets, and how a failure is worded (stderr excerpt,
+signal names, task table). Must not do I/O or read clocks: callers pass `now`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from tfyarn.tfconfig import Task
+
+if TYPE_CHECKING:
+    from tfyarn.jobspec import JobSpec
+
+# ---------------------------------------------------------------- exit codes (both backends)
+
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2  # nothing was started or submitted
+EXIT_KILLED = 3  # the job was killed (tfyarn kill, yarn application -kill, driver stopped)
+EXIT_TFYARN = 4  # tfyarn itself could not run the job (no Hadoop client, no docker, ...)
+SIGNAL_BASE = 128  # the client interrupted by signal N exits 128 + N (Ctrl-C: 130)
+STATE_EXIT = {"SUCCEEDED": EXIT_SUCCEEDED, "FAILED": EXIT_FAILED, "KILLED": EXIT_KILLED}
+SIGNAL_WORDS = {
+    signal.SIGINT: "interrupted (Ctrl-C)",
+    signal.SIGTERM: "terminated (SIGTERM)",
+    signal.SIGHUP: "hung up (SIGHUP: the terminal closed)",
+}
+
+
+def exit_code(state: str) -> int:
+    """The exit code of a job that ended in `state` (SUCCEEDED, FAILED or KILLED)."""
+    return STATE_EXIT.get(state, EXIT_FAILED)
+
+
+def interrupt_exit(signum: int) -> int:
+    return SIGNAL_BASE + signum
+
+
+def interrupt_words(signum: int) -> str:
+    return SIGNAL_WORDS.get(signum, f"stopped by {signal.Signals(signum).name}")
+
+
+# ---------------------------------------------------------------- stderr excerpts
+
+LINE_MAX = 300  # characters of one stderr line kept in messages (logs keep everything)
+EXCERPT_FRAMES = 12  # traceback lines kept before the exception line
+EXCERPT_AFTER = 8  # lines kept from the exception line on
+EXCERPT_PLAIN = 20  # without a traceback: the last lines
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def cut_line(text: str) -> str:
+    """One line, bounded: a 10 MB line becomes its start and a count."""
+    text = text.rstrip("\r\n")
+    if len(text) <= LINE_MAX:
+        return text
+    return f"{text[:LINE_MAX]} ... [{len(text) - LINE_MAX} more characters]"
+
+
+def stderr_excerpt(lines: Sequence[str]) -> tuple[str, ...]:
+    """What a failure message shows of a task's stderr: from the last Python traceback
+    when there is one (its last frames and the exception), else the last lines."""
+    lines = [cut_line(x) for x in lines]
+    starts = [i for i, x in enumerate(lines) if x.startswith(TRACEBACK)]
+    if not starts:
+        return tuple(lines[-EXCERPT_PLAIN:])
+    tb = lines[starts[-1]:]
+    exc = next((i for i, x in enumerate(tb[1:], 1) if x and not x[0].isspace()), len(tb))
+    frames = tb[1:exc]
+    skipped = len(frames) - EXCERPT_FRAMES
+    after = tb[exc:exc + EXCERPT_AFTER]
+    more = len(tb) - exc - len(after)
+    return (tb[0], *([f"  ... [{skipped} traceback lines]"] if skipped > 0 else []),
+            *frames[-EXCERPT_FRAMES:], *after, *([f"... [{more} more lines]"] if more > 0 else []))
+
+
+# ---------------------------------------------------------------- task ends
+
+
+def signal_of(code: int | None) -> signal.Signals | None:
+    """The signal that ended a task: negative codes (Popen) or a shell's 128 + N."""
+    if code is None:
+        return None
+    n = -code if code < 0 else code - SIGNAL_BASE if SIGNAL_BASE < code < SIGNAL_BASE + 65 else 0
+    try:
+        return signal.Signals(n) if n else None
+    except ValueError:
+        return None
+
+
+def describe_exit(task: Task | str, rec: Mapping) -> str:
+    """`worker:1 exited with code 3`, `... was killed by SIGKILL`, `... launcher lost (...)`."""
+    code = rec.get("code")
+    if rec.get("lost"):
+        return f"{task}: launcher lost ({rec.get('reason')})"
+    if rec.get("stopped"):
+        return f"{task} was stopped ({rec.get('reason')})"
+    sig = signal_of(code)
+    if sig is not None:
+        how = "" if code is not None and code < 0 else f" (exit code {code})"
+        return f"{task} was killed by {sig.name}{how}"
+    return f"{task} exited with code {code}"
+
+
+def _failed(rec: Mapping) -> bool:
+    return rec.get("code") != 0 or bool(rec.get("stopped")) or bool(rec.get("lost"))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job ended and why; `task`/`code`/`tail` name the task that decided it."""
+
+    state: str
+    message: str
+    task: str | None = None
+    code: int | None = None
+    tail: tuple[str, ...] = ()
+    tasks: Mapping[str, dict] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def describe(self, job: str, state: str | None = None) -> list[str]:
+        """`JOB STATE: message`, then the deciding task's stderr excerpt."""
+        lines = [f"{job} {state or self.state}: {self.message}"]
+        if self.tail:
+            lines.append(f"last stderr lines of {self.task}:")
+            lines += [f"  {line}" for line in self.tail]
+        return lines
+
+    @classmethod
+    def from_json(cls, text: str) -> Outcome:
+        d = json.loads(text)
+        d["tail"] = tuple(d.get("tail", ()))
+        return cls(**d)
+
+
+def decide(spec: JobSpec, records: Mapping[Task, Mapping]) -> Outcome | None:
+    """The job's outcome given the task ends seen so far, or None while it must go on.
+
+    `records` holds exit records and lost-launcher records. The earliest task that
+    failed (non-zero, killed, lost, or stopped by someone other than the driver) fails
+    the job; tensorflow-ps with `-x True` succeeds once the chief exits 0 before any
+    failure; otherwise every task must have been seen to exit 0: a task whose exit was
+    never observed never counts as a success.
+    """
+    failed = [(r.get("time", 0), str(t), t) for t, r in records.items() if _failed(r)]
+    chief = records.get(Task("chief", 0))
+    chief_ok = chief is not None and not _failed(chief)
+    x_true = spec.app_type == "tensorflow-ps" and spec.stop_ps_when_done
+    if x_true and chief_ok and (not failed or chief.get("time", 0) <= min(failed)[0]):
+        return Outcome("SUCCEEDED", "chief:0 finished; the other tasks were stopped (-x True)")
+    if failed:
+        _, _, task = min(failed)
+        rec = records[task]
+        return Outcome("FAILED", describe_exit(task, rec), str(task), rec.get("code"),
+                       tuple(rec.get("tail", ())))
+    n = len(spec.tasks())
+    if len(records) == n:
+        return Outcome("SUCCEEDED", f"all {plural(n, 'task')} exited with code 0")
+    return None
+
+
+# ---------------------------------------------------------------- liveness
+
+
+@dataclass
+class Liveness:
+    """When each registered task's heartbeat last changed, on the driver's own clock
+    (so clocks of other hosts never matter); a task silent past the timeout is lost."""
+
+    timeout_s: float
+    seen: dict[Task, tuple[str | None, float]] = field(default_factory=dict)
+
+    def observe(self, task: Task, beat: str | None, now: float) -> None:
+        last = self.seen.get(task)
+        if last is None or last[0] != beat:
+            self.seen[task] = (beat, now)
+
+    def lost(self, now: float, ended: Iterable[Task]) -> dict[Task, float]:
+        """Tasks without an exit record whose heartbeat is older than the timeout."""
+        done = set(ended)
+        return {t: now - at for t, (_, at) in self.seen.items()
+                if t not in done and now - at > self.timeout_s}
+
+
+def lost_record(silent_s: float, wall_time: float) -> dict:
+    why = (f"no heartbeat for {silent_s:.0f} s: its container or process died, froze or lost "
+           "the network")
+    return {"code": None, "lost": True, "reason": why, "time": wall_time}
+
+
+# ---------------------------------------------------------------- wording
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def elapsed_words(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def format_tasks(tasks: Mapping[str, Mapping]) -> list[str]:
+    """One line per task: name, host, exit code and why it ended."""
+    lines = []
+    for name, t in tasks.items():
+        code = "-" if t.get("code") is None else str(t.get("code"))
+        if t.get("lost"):
+            note = f"lost: {t.get('reason')}"
+        elif t.get("stopped"):
+            note = f"stopped: {t.get('reason')}"
+        else:
+            note = t.get("reason") or ""
+        lines.append(f"{name:<12} {t.get('host') or '-':<30} exit {code:<5} {note}".rstrip())
+    return lines

@@ -1,0 +1,39 @@
+"""Every interval and timeout tfyarn uses, in one place, each with why it has its value.
+
+Job-level knobs a user can set (-wait_time, --timeout, --heartbeat-timeout) have their
+defaults here; the JobSpec carries the chosen values to every process.
+"""
+
+from __future__ import annotations
+
+# --- defaults of job options
+STOP_GRACE_S = 3.0  # SIGTERM -> SIGKILL for a task's processes (MWMS workers ignore SIGTERM)
+HEARTBEAT_TIMEOUT_S = 30.0  # a launcher silent this long is "lost": dead, frozen or cut off
+REGISTER_TIMEOUT_MIN = 10  # el_submit's -wait_time default
+
+# --- launcher
+HEARTBEAT_S = 2.0  # launcher -> store; well under HEARTBEAT_TIMEOUT_S so one slow put is fine
+WAKE_S = 0.5  # a launcher/client loop re-checks its parent and flags at least this often
+CLUSTER_WAIT_SLACK_S = 60.0  # launcher waits -wait_time plus this for the cluster spec
+STOP_POLL_S = 0.2  # directory store: how often a running launcher looks for the stop key
+STOP_WAIT_S = 5.0  # one blocking wait for the stop key (skein events), then wait again
+
+# --- stores
+DIR_POLL_S = 0.05  # local directory store: polling is its only way to wait (no inotify)
+SKEIN_POLL_S = 0.25  # skein store: the driver's scan interval (one gRPC call each)
+
+# --- driver
+STOP_REPORT_S = 5.0  # after the stop grace, how long to wait for launchers to report
+ACK_WAIT_S = 5.0  # how long the AM stays for a watching client to read the final status
+
+# --- clients
+YARN_POLL_S = 1.0  # el_submit's application report interval (each is an RM call)
+LOCAL_DRIVER_SLACK_S = 30.0  # local client: driver must end within --timeout plus this
+LOCAL_STOP_WAIT_S = 15.0  # after asking the driver to stop (Ctrl-C), before killing all
+FOLLOW_S = 0.1  # local client: how often task log files are read for the terminal
+YARN_KILL_WAIT_S = 30.0  # orderly `tfyarn kill`: wait this (plus grace) before forcing
+REST_TIMEOUT_S = 10.0  # one ResourceManager REST call
+
+# --- process containment
+KILL_ROUNDS = 50  # sweeps for processes still alive after SIGKILL (forks racing the sweep)
+KILL_ROUND_S = 0.02
