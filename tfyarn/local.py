@@ -23,7 +23,7 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from tfyarn import files as filesmod
@@ -273,13 +273,16 @@ def _remove_containers(job_id: str) -> None:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
 
 
-def wait_procs(procs: Iterable[subprocess.Popen], timeout: float) -> bool:
+def wait_procs(procs: Iterable[subprocess.Popen], timeout: float,
+               cut: Callable[[], bool] = lambda: False) -> bool:
+    """Wait (bounded) for processes to end by themselves; `cut` ends the wait early."""
     deadline = time.monotonic() + timeout
     for p in procs:
-        try:
-            p.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            return False
+        while p.poll() is None:
+            if cut() or time.monotonic() > deadline:
+                return False
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=FOLLOW_S)
     return True
 
 
@@ -320,7 +323,8 @@ class LocalJob:
                           self.interrupts)
                 self._watch(procs)
             finally:
-                wait_procs(procs.launchers.values(), self.spec.stop_grace_s + STOP_REPORT_S)
+                wait_procs(procs.launchers.values(), self.spec.stop_grace_s + STOP_REPORT_S,
+                           cut=lambda: self.interrupts.count >= 2)
                 kill_all(procs.all(), self.job_id, self.spec.runtime.mode == "docker")
                 procs.follower.stop()
         return self._finish(jd)

@@ -25,7 +25,9 @@ from tfyarn.policy import cut_line
 from tfyarn.timing import KILL_ROUND_S, KILL_ROUNDS
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 PR_SET_CHILD_SUBREAPER = 36
+WATCHDOG_NAME = b"tfyarn-watchdog"  # what ps -o comm / top show for it
 CHUNK = 64 * 1024  # longest piece of one line a pump reads at once
 TAIL_KEEP = 200  # lines of a stream kept for the failure message
 
@@ -170,6 +172,8 @@ def start_watchdog(var: str, value: str) -> int:
         try:
             os.close(w)
             os.setsid()
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None).prctl(PR_SET_NAME, ctypes.c_char_p(WATCHDOG_NAME), 0, 0, 0)
             for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
                 signal.signal(sig, signal.SIG_IGN)
             while os.read(r, 64):

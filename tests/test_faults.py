@@ -1,0 +1,197 @@
+"""Injected faults in local mode: every way a job can end, and nothing of it survives.
+
+Real el_submit, driver, launchers and user processes; the checks read /proc. Each
+test first proves the processes it will look for were really there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import job_processes
+
+# A task that leaves a setsid'ed daemon behind and then waits: the daemon is what
+# escapes process-group kills, so it is what the containment must still find.
+DAEMON = 'setsid sleep 300 & sleep 300'
+
+
+def start(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
+    """el_submit in the background; returns it and the job id it printed."""
+    full = {**os.environ, "TMPDIR": str(tmp_path), **(env or {})}
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", *args], env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    return proc, proc.stdout.readline().strip()
+
+
+def wait_for(predicate, timeout: float = 30, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def running(job_id: str, needle: str) -> list[str]:
+    return [p for p in job_processes(job_id) if needle in p]
+
+
+def launcher_pid(job_id: str, task: str) -> int:
+    """The launcher of `task` (not its watchdog, a fork with the same command line)."""
+    pids = [int(p.split(":", 1)[0]) for p in job_processes(job_id)
+            if "tfyarn.launcher" in p and f"--task {task} " in p]
+    launchers = [p for p in pids if comm(p) != "tfyarn-watchdog"]
+    assert len(launchers) == 1 and len(pids) == 2, pids
+    return launchers[0]
+
+
+def comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
+
+
+def nothing_left(job_id: str, timeout: float = 20) -> None:
+    wait_for(lambda: not job_processes(job_id), timeout, f"no process of {job_id}")
+
+
+def test_sigkill_of_a_launcher_fails_the_job_and_leaves_nothing(tmp_path):
+    proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--local", "-c", DAEMON)
+    wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="2 tasks with their daemons")
+    os.kill(launcher_pid(job, "worker:1"), signal.SIGKILL)
+    start_t = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - start_t < 15
+    assert proc.returncode == 1, err
+    assert "worker:1: launcher lost (its launcher process died (killed by SIGKILL)" in err
+    nothing_left(job)  # the setsid'ed daemons included: the watchdog found them
+
+
+def test_frozen_launcher_is_lost_after_the_heartbeat_timeout(tmp_path):
+    proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--heartbeat-timeout",
+                      "5", "--local", "-c", "sleep 300")
+    wait_for(lambda: len(running(job, "sleep 300")) >= 2, what="2 tasks")
+    os.kill(launcher_pid(job, "worker:0"), signal.SIGSTOP)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "worker:0: launcher lost (no heartbeat for" in err
+    nothing_left(job)
+
+
+def test_task_exiting_1_after_its_launcher_died_is_never_a_success(tmp_path):
+    # The chief finishes fine later; worker:0's end was never observed, so the job fails.
+    cmd = ('if [ "$TFYARN_TASK_TYPE" = chief ]; then sleep 4; exit 0; fi; '
+           'if [ "$TFYARN_TASK_TYPE" = worker ]; then sleep 1; exit 1; fi; sleep 300')
+    proc, job = start(tmp_path, "-t", "tensorflow-ps", "-wn", "2", "-x", "True", "--local",
+                      "-c", cmd)
+    wait_for(lambda: running(job, "tfyarn.launcher") and len(running(job, "sleep")) >= 3,
+             what="tasks")
+    os.kill(launcher_pid(job, "worker:0"), signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1, err
+    assert "worker:0: launcher lost" in err
+    nothing_left(job)
+
+
+def test_sigkill_of_el_submit_leaves_nothing(tmp_path):
+    proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--local", "-c", DAEMON)
+    wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="tasks and daemons")
+    proc.kill()
+    proc.wait()
+    nothing_left(job)  # the driver sees its client die and ends the job
+
+
+@pytest.mark.parametrize(("sig", "code", "words"), [
+    (signal.SIGHUP, 129, "hung up (SIGHUP"),
+    (signal.SIGTERM, 143, "terminated (SIGTERM)"),
+    (signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+])
+def test_signals_to_el_submit(tmp_path, sig, code, words):
+    proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--local", "-c", DAEMON)
+    wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="tasks and daemons")
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == code, err
+    assert words in err and "Traceback" not in err
+    assert job_processes(job) == []
+
+
+def test_second_ctrl_c_kills_at_once_and_a_third_cannot_skip_cleanup(tmp_path):
+    # Tasks ignore SIGTERM: an orderly stop would take the whole 3 s grace.
+    proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "3", "--local",
+                      "-c", "trap '' TERM; setsid sleep 300 & sleep 300")
+    wait_for(lambda: len(running(job, "sleep 300")) >= 6, what="tasks and daemons")
+    t0 = time.monotonic()
+    for _ in range(3):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 2.5, err
+    assert proc.returncode == 130 and "killing every task now" in err, err
+    assert job_processes(job) == []
+
+
+def test_sigint_while_32_tasks_spawn(tmp_path):
+    proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "32", "--local",
+                      "-c", "sleep 300")
+    time.sleep(0.3)  # somewhere in the middle of starting the launchers
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=90)
+    assert proc.returncode == 130, err
+    assert job_processes(job) == []
+
+
+def test_few_file_descriptors_with_32_tasks(tmp_path):
+    cmd = (f"ulimit -n 64; exec {sys.executable} -m tfyarn.cli -t tensorflow-worker -wn 32 "
+           "--local -c true")
+    out = subprocess.run(["bash", "-c", cmd], env={**os.environ, "TMPDIR": str(tmp_path)},
+                         capture_output=True, text=True, timeout=180)
+    job = out.stdout.strip()
+    assert "Traceback" not in out.stderr
+    assert out.returncode == 0 or (out.returncode == 4 and "ulimit -n" in out.stderr), out.stderr
+    assert job and job_processes(job) == []
+
+
+def test_kill_int_from_a_script_reaches_a_background_el_submit(tmp_path):
+    # A background job of a script inherits SIGINT as ignored; cron and Oozie do this.
+    script = (f'{sys.executable} -m tfyarn.cli -t standalone --local -c "sleep 300" > job_id & '
+              'pid=$!; while ! grep -q . job_id 2>/dev/null; do sleep 0.1; done; sleep 1.5; '
+              'kill -INT $pid; wait $pid; echo "rc=$?"')
+    out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "TMPDIR": str(tmp_path)}, timeout=60)
+    assert "rc=130" in out.stdout, out.stderr
+    job = (tmp_path / "job_id").read_text().strip()
+    assert job_processes(job) == []
+
+
+def test_sigterm_to_the_driver_is_a_killed_job_exit_3(tmp_path):
+    proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--local", "-c", DAEMON)
+    wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="tasks")
+    driver = next(p for p in job_processes(job) if "tfyarn.driver" in p)
+    os.kill(int(driver.split(":", 1)[0]), signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err
+    assert "KILLED: killed: the driver received SIGTERM" in err
+    assert job_processes(job) == []
+
+
+def test_output_through_head_never_deadlocks(tmp_path):
+    cmd = (f"{sys.executable} -m tfyarn.cli -t tensorflow-worker -wn 2 --local -c "
+           "'for i in $(seq 1 20000); do echo line $i >&2; done' 2>&1 | head -3; "
+           "echo \"rc=${PIPESTATUS[0]}\"")
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert out.stdout.splitlines()[-1] == "rc=0", out.stdout[-2000:]
+    assert len(out.stdout.splitlines()) == 4
+
+
+def test_closed_stdout_is_said_and_the_job_still_runs(tmp_path):
+    cmd = f"exec >&-; {sys.executable} -m tfyarn.cli -t standalone --local -c true"
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert "warning: stdout is closed, so the job id is not printed there: local_" in out.stderr

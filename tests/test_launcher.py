@@ -1,0 +1,145 @@
+"""One launcher on its own, as in a YARN container: the test plays the driver through the
+directory store and kills the launcher the ways a NodeManager does. No local client is
+around to sweep, so whatever survives here would survive on YARN.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+from conftest import job_processes
+
+from tfyarn import kv as kvmod
+from tfyarn.jobspec import JobSpec, Resources, Role
+from tfyarn.tfconfig import Task
+
+TASK = Task("worker", 0)
+
+
+class Container:
+    """A launcher in its own session (as YARN starts a container), with its own store."""
+
+    def __init__(self, tmp_path, command: str) -> None:
+        self.job_id = f"test_{uuid.uuid4().hex[:8]}"
+        spec = JobSpec("t", "standalone", (Role("worker", 1, Resources(1024, 1)),), command)
+        (tmp_path / "job.json").write_text(spec.to_json())
+        self.store = kvmod.DirKV(str(tmp_path / "kv"))
+        env = {**os.environ, "TFYARN_JOB_ID": self.job_id, "TFYARN_ADVERTISE_HOST": "127.0.0.1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tfyarn.launcher", "--job", str(tmp_path / "job.json"),
+             "--task", str(TASK), "--kv", f"dir:{tmp_path / 'kv'}"],
+            cwd=tmp_path, env=env, start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        addr = self.store.wait(kvmod.addr_key(TASK), timeout=30)
+        assert addr, "the launcher never registered"
+        self.store.put(kvmod.CLUSTER, json.dumps({"worker": [addr]}))
+
+    def user_processes(self) -> list[str]:
+        return [p for p in job_processes(self.job_id) if "tfyarn" not in p]
+
+    def wait_user(self, n: int) -> None:
+        deadline = time.monotonic() + 30
+        while len(self.user_processes()) < n:
+            assert time.monotonic() < deadline, self.user_processes()
+            time.sleep(0.05)
+
+    def exit_record(self) -> dict:
+        raw = self.store.wait(kvmod.exit_key(TASK), timeout=30)
+        assert raw, "no exit record"
+        return json.loads(raw)
+
+
+def gone(job_id: str, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while job_processes(job_id):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+DAEMON_AND_STUBBORN = "trap '' TERM; setsid sleep 300 & sleep 300"
+
+
+def test_sigkill_of_the_launcher_leaves_nothing(tmp_path):
+    c = Container(tmp_path, DAEMON_AND_STUBBORN)
+    c.wait_user(3)  # bash, the setsid'ed daemon, the sleep
+    c.proc.kill()
+    c.proc.wait()
+    assert gone(c.job_id), job_processes(c.job_id)  # the watchdog ended them
+
+
+def test_nodemanager_kill_leaves_nothing(tmp_path):
+    """YARN's kill: SIGTERM to the container's process group, SIGKILL 250 ms later."""
+    c = Container(tmp_path, DAEMON_AND_STUBBORN)
+    c.wait_user(3)
+    os.killpg(c.proc.pid, signal.SIGTERM)
+    time.sleep(0.25)
+    os.killpg(c.proc.pid, signal.SIGKILL)
+    c.proc.wait()
+    assert gone(c.job_id), job_processes(c.job_id)
+
+
+def test_daemons_left_by_a_finished_command_are_ended(tmp_path):
+    c = Container(tmp_path, "setsid sleep 300 & echo done")
+    record = c.exit_record()
+    assert record["code"] == 0 and not record["stopped"]
+    assert c.proc.wait(timeout=30) == 0
+    assert gone(c.job_id), job_processes(c.job_id)  # the subreaper found the daemon
+
+
+def test_stop_request_stops_the_tree_with_sigkill_after_the_grace(tmp_path):
+    c = Container(tmp_path, DAEMON_AND_STUBBORN)
+    c.wait_user(3)
+    t0 = time.monotonic()
+    c.store.put(kvmod.STOP, "test")
+    record = c.exit_record()
+    assert record["stopped"] and "stopped by the driver: test" in record["reason"]
+    assert 2.5 < time.monotonic() - t0 < 8  # the 3 s grace, then SIGKILL
+    assert c.proc.wait(timeout=30) == 0
+    assert gone(c.job_id), job_processes(c.job_id)
+
+
+def test_the_user_command_is_the_launchers_direct_child(tmp_path):
+    c = Container(tmp_path, "sleep 300")
+    c.wait_user(1)
+    (line,) = c.user_processes()
+    pid = int(line.split(":", 1)[0])
+    with open(f"/proc/{pid}/stat") as f:
+        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+    assert ppid == c.proc.pid and "sleep 300" in line  # bash exec'ed it: no shell in between
+    c.store.put(kvmod.STOP, "done")
+    c.exit_record()
+
+
+@pytest.mark.parametrize("heartbeats", [3])
+def test_heartbeats_move_while_the_launcher_lives(tmp_path, heartbeats):
+    c = Container(tmp_path, "sleep 300")
+    seen = set()
+    deadline = time.monotonic() + 3 * heartbeats
+    while len(seen) < heartbeats and time.monotonic() < deadline:
+        seen.add(c.store.get(kvmod.beat_key(TASK)))
+        time.sleep(0.2)
+    assert len(seen - {None}) >= heartbeats
+    c.store.put(kvmod.STOP, "done")
+    c.exit_record()
+
+
+def test_orphaned_daemons_are_reparented_to_the_launcher(tmp_path):
+    # The subshell starts a daemon and exits: the daemon's parent becomes the launcher
+    # (child subreaper), not init, so the launcher can still stop it with a grace.
+    c = Container(tmp_path, "(setsid sleep 301 &); sleep 300")
+    c.wait_user(2)
+    daemon = next(int(p.split(":", 1)[0]) for p in c.user_processes() if "sleep 301" in p)
+    with open(f"/proc/{daemon}/stat") as f:
+        assert int(f.read().rsplit(")", 1)[1].split()[1]) == c.proc.pid
+    c.store.put(kvmod.STOP, "done")
+    c.exit_record()
+    assert gone(c.job_id), job_processes(c.job_id)
