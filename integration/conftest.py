@@ -101,3 +101,44 @@ def el_submit(apps, tmp_path):
 def py(code: str) -> str:
     """`-c` is one shell line: a Python one-liner as the user would quote it."""
     return shlex.join(["python", "-c", code])
+
+
+def node_processes(app_id: str) -> list[str]:
+    """Live processes on this node that belong to the application (its containers' env).
+
+    Works on a single-node cluster whose containers run as this user (the sandbox's
+    DefaultContainerExecutor); with LinuxContainerExecutor run the suite as root.
+    """
+    needles = (f"TFYARN_JOB_ID={app_id}".encode(), f"SKEIN_APPLICATION_ID={app_id}".encode())
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if any(n in env for n in needles) and "java" not in comm:
+            found.append(f"{pid}:{comm}: {cmd}")
+    return found
+
+
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(1)
+
+
+def launcher_pid(app_id: str, task: str) -> int:
+    """The launcher process of `task` (not its watchdog, which shares its command line)."""
+    pids = [int(p.split(":", 1)[0]) for p in node_processes(app_id)
+            if "tfyarn.launcher" in p and f"--task {task} " in p and "tfyarn-watchdog" not in p]
+    assert len(pids) == 1, node_processes(app_id)
+    return pids[0]

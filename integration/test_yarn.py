@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import signal
@@ -43,11 +44,11 @@ def test_tf_config_consistent_across_containers(el_submit):
     assert out.returncode == 0, out.stderr
     text = aggregated_logs(app_id)
     dumps = [json.loads(line.split("DUMP ", 1)[1]) for line in text.splitlines() if "DUMP " in line]
-    assert len(dumps) == 6
+    assert len(dumps) == 5  # -pn 2 -wn 3: two ps, the chief and two workers
     cluster = dumps[0]["tf"]["cluster"]
     assert {k: len(v) for k, v in cluster.items()} == {"ps": 2, "chief": 1, "worker": 2}
     assert all(d["tf"]["cluster"] == cluster for d in dumps)
-    assert len({(d["type"], d["index"]) for d in dumps}) == 6
+    assert len({(d["type"], d["index"]) for d in dumps}) == 5
 
 
 def test_failing_worker(el_submit):
@@ -96,9 +97,26 @@ def test_detach_status_logs_kill(el_submit):
 
 
 def test_virtual_env_archive(el_submit, tmp_path):
+    """As a user must: an env with tfyarn installed in it, packed. Its other packages
+    (skein, TF) come from this runner's site-packages through a .pth file, which holds on
+    a single node (the sandbox); tfyarn itself is a real, non-editable install."""
+    import site
+    import sysconfig
+
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    purelib = subprocess.run([str(venv / "bin" / "python"), "-c",
+                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    runner_sites = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
+    (venv_site := __import__("pathlib").Path(purelib)).joinpath("runner.pth").write_text(
+        "\n".join(runner_sites) + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
+                    "--target", str(venv_site), str(REPO)], check=True, capture_output=True)
+    check = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import tfyarn, skein; print(tfyarn.__file__)"],
+                           capture_output=True, text=True)
+    assert check.returncode == 0 and str(venv) in check.stdout, check.stderr
     with tarfile.open(tmp_path / "env.tar.gz", "w:gz") as tar:
         for item in venv.iterdir():
             tar.add(item, arcname=item.name)
@@ -117,3 +135,126 @@ def test_impossible_request_fails_with_a_reason(el_submit):
     assert time.monotonic() - start < 300
     assert re.search(r"never registered|maximum|Invalid resource|exceeds", out.stderr, re.I), \
         out.stderr
+
+
+# ---------------------------------------------------------------- every way a job ends
+
+DAEMON = "setsid sleep 300 & sleep 300"
+
+
+def _running_with_daemons(app_id: str, n_tasks: int) -> None:
+    from conftest import node_processes, wait_until
+
+    wait_until(lambda: len([p for p in node_processes(app_id) if "sleep 300" in p]) >= 2 * n_tasks,
+               300, f"{n_tasks} tasks and their daemons of {app_id}")
+
+
+def _ended(app_id: str) -> str:
+    from conftest import wait_until
+
+    wait_until(lambda: final_state(app_id).split("/")[0] in ("FINISHED", "FAILED", "KILLED"),
+               180, f"{app_id} to end")
+    return final_state(app_id)
+
+
+def test_sigkill_of_a_task_launcher_leaves_nothing(el_submit):
+    from conftest import launcher_pid, node_processes, wait_until
+
+    out, app_id = el_submit("-t", "tensorflow-worker", "-wn", "2", "--detach", *SMALL,
+                            "-c", DAEMON, timeout=300)
+    assert out.returncode == 0, out.stderr
+    _running_with_daemons(app_id, 2)
+    os.kill(launcher_pid(app_id, "worker:1"), signal.SIGKILL)
+    assert _ended(app_id).endswith("/FAILED")
+    wait_until(lambda: not node_processes(app_id), 60, "no process of the app")
+
+
+def test_yarn_kill_leaves_no_daemon(el_submit):
+    from conftest import node_processes, wait_until
+
+    out, app_id = el_submit("-t", "tensorflow-worker", "-wn", "2", "--detach", *SMALL,
+                            "-c", DAEMON, timeout=300)
+    _running_with_daemons(app_id, 2)
+    yarn_cli("application", "-kill", app_id)
+    assert _ended(app_id).endswith("/KILLED")
+    wait_until(lambda: not node_processes(app_id), 60, "no process of the app")
+
+
+def test_frozen_launcher_fails_the_job_as_lost(el_submit, tmp_path, apps):
+    from conftest import launcher_pid, node_processes, wait_until
+
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn",
+                             "2", "--heartbeat-timeout", "10", *SMALL, "--python", sys.executable,
+                             "-c", "sleep 600"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    app_id = proc.stdout.readline().strip()
+    apps.append(app_id)
+    wait_until(lambda: len([p for p in node_processes(app_id) if "sleep 600" in p]) >= 2, 300,
+               "tasks running")
+    os.kill(launcher_pid(app_id, "worker:0"), signal.SIGSTOP)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, err
+    assert "worker:0: launcher lost (no heartbeat for" in err
+    wait_until(lambda: not node_processes(app_id), 60, "no process of the app")
+
+
+def test_sigterm_to_el_submit_kills_the_application(tmp_path, apps):
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "standalone", *SMALL,
+                             "--python", sys.executable, "-c", "sleep 600"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    app_id = proc.stdout.readline().strip()
+    apps.append(app_id)
+    deadline = time.monotonic() + 300
+    for line in proc.stderr:
+        if "training" in line or time.monotonic() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "terminated (SIGTERM)" in err, err
+    assert final_state(app_id).endswith("/KILLED")
+
+
+def test_gpu_request_on_a_cluster_without_gpus(el_submit):
+    if "yarn.io/gpu" in yarn_cli("node", "-list", "-showDetails"):
+        pytest.skip("this cluster schedules GPUs")
+    start = time.monotonic()
+    out, app_id = el_submit("-t", "standalone", "-wg", "1", *SMALL, "-c", "true", timeout=120)
+    assert out.returncode == 2 and app_id == "", out.stderr
+    assert out.stderr.startswith("Error: -wg 1: this cluster has no GPU resource")
+    assert time.monotonic() - start < 60
+
+
+def test_lifecycle_commands_on_a_finished_app(el_submit):
+    out, app_id = el_submit("-t", "standalone", *SMALL, "-c", "echo finished-fine")
+    assert out.returncode == 0, out.stderr
+    tfyarn = [sys.executable, "-m", "tfyarn"]
+    status = subprocess.run([*tfyarn, "status", app_id], capture_output=True, text=True)
+    assert status.returncode == 0 and "final status: SUCCEEDED" in status.stdout
+    assert "finished-fine" in aggregated_logs(app_id, "worker:0")
+    kill = subprocess.run([*tfyarn, "kill", app_id], capture_output=True, text=True)
+    assert kill.returncode == 0 and "already ended" in kill.stderr
+    ls = subprocess.run([*tfyarn, "ls", "--all"], capture_output=True, text=True)
+    assert app_id in ls.stdout
+    assert "Traceback" not in aggregated_logs(app_id)  # no launcher lingers past the AM
+
+
+def test_env_bytes_and_c_rule_match_local_mode(el_submit):
+    values = {"Q": 'say "hi"', "B": "`uname`", "S": "$(id) ${HOME}", "U": "ünï 日本"}
+    probe = ("import json, os; print('ENV ' + json.dumps({k: os.environ[k] for k in "
+             f"{sorted(values)!r}}}))")
+    args = [a for k, v in values.items() for a in ("--env", f"{k}={v}")]
+    out, app_id = el_submit("-t", "standalone", *args, *SMALL, "-c", py(probe), ";",
+                            "echo", "'two  spaces'", "$TFYARN_TASK_TYPE")
+    assert out.returncode == 0, out.stderr
+    text = aggregated_logs(app_id, "worker:0")
+    line = next(x for x in text.splitlines() if x.startswith("ENV "))
+    assert json.loads(line[4:]) == values
+    assert "two  spaces worker" in text
+
+
+def test_failure_message_shows_the_traceback(el_submit):
+    code = "import sys\nfor i in range(50): print('noise', i, file=sys.stderr)\nraise KeyError('k')"
+    out, app_id = el_submit("-t", "standalone", *SMALL, "-c", py(code))
+    assert out.returncode == 1
+    assert "last stderr lines of worker:0:\n  Traceback (most recent call last):" in out.stderr
+    assert "KeyError: 'k'" in out.stderr

@@ -5,8 +5,15 @@
 - local_to_tf_config_s: `el_submit --local` with 4 no-op tasks, from launch until every
   task's process has TF_CONFIG (each task stamps the time it started);
 - bare_spawn_s: the same 4 commands spawned directly, launch until all stamped;
-- overhead_s: the difference (target <= 0.5 s).
-Medians over --repeat runs. Run: python scripts/bench.py [--repeat 5]
+- overhead_s: the difference (target <= 0.5 s);
+- idle_cores_32_tasks: CPU cores used by tfyarn's own processes (driver, launchers,
+  client) while 32 local tasks sleep, over a 10 s window (anchor: 0 for bare sleeps);
+- staging_20k_files_s: local launch of 4 tasks with `-f` of 20,000 small files, and
+  staging_ratio: that over the same launch without -f (one copy, hard links per task);
+- with --app APP and HADOOP_CONF_DIR set: status_s (`tfyarn status APP`) against
+  yarn_cli_status_s (`yarn application -status APP`) measured side by side, and their
+  ratio (target <= 0.5).
+Medians over --repeat runs. Run: python scripts/bench.py [--repeat 5] [--app APP]
 """
 
 from __future__ import annotations
@@ -59,6 +66,85 @@ def bare_time(stamps: str) -> float:
     return last_stamp(stamps, start)
 
 
+def job_cpu_seconds(job_id: str) -> float:
+    """utime + stime of tfyarn's own processes of a job (not the user's `sleep`)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"TFYARN_JOB_ID={job_id}".encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"tfyarn" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def idle_cores(tasks: int = 32, window: float = 10.0) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker",
+                                 "-wn", str(tasks), "--local", "-c", "sleep 300"],
+                                env={**os.environ, "TMPDIR": tmp}, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL, text=True)
+        job = proc.stdout.readline().strip()
+        time.sleep(8)  # every task started and idle
+        client = proc.pid
+        before = job_cpu_seconds(job) + _cpu(client)
+        time.sleep(window)
+        used = job_cpu_seconds(job) + _cpu(client) - before
+        proc.send_signal(2)
+        proc.wait()
+    return used / window
+
+
+def _cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def staging_times(files: int = 20_000) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "proj")
+        for i in range(files):
+            d = os.path.join(src, f"d{i // 1000}")
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, f"f{i}.txt"), "w") as f:
+                f.write("x" * 64)
+        env = {**os.environ, "TMPDIR": tmp}
+        base = [sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", "4",
+                "--local"]
+        t0 = time.perf_counter()
+        subprocess.run([*base, "-f", "./", "-c", "true"], cwd=src, env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with_files = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        subprocess.run([*base, "-c", "true"], cwd=src, env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return with_files, time.perf_counter() - t0
+
+
+def status_times(app: str, repeat: int) -> tuple[float, float]:
+    """Side by side, alternating, so both see the same cluster load."""
+    ours, theirs = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "tfyarn", "status", app], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ours.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        subprocess.run(["yarn", "application", "-status", app], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        theirs.append(time.perf_counter() - t0)
+    return statistics.median(ours), statistics.median(theirs)
+
+
 def median_of(fn, repeat: int) -> float:
     runs = []
     for _ in range(repeat):
@@ -70,13 +156,24 @@ def median_of(fn, repeat: int) -> float:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=5)
-    n = p.parse_args().repeat
+    p.add_argument("--app", help="a YARN application id, for the status comparison")
+    ns = p.parse_args()
+    n = ns.repeat
     help_s = statistics.median(help_time() for _ in range(n))
     local_s = median_of(local_time, n)
     bare_s = median_of(bare_time, n)
-    print(json.dumps({"help_s": round(help_s, 3), "local_to_tf_config_s": round(local_s, 3),
-                      "bare_spawn_s": round(bare_s, 3), "overhead_s": round(local_s - bare_s, 3),
-                      "targets": {"help_s": 0.15, "overhead_s": 0.5}, "repeat": n}, indent=2))
+    staged, plain = staging_times()
+    out = {"help_s": round(help_s, 3), "local_to_tf_config_s": round(local_s, 3),
+           "bare_spawn_s": round(bare_s, 3), "overhead_s": round(local_s - bare_s, 3),
+           "idle_cores_32_tasks": round(idle_cores(), 3),
+           "staging_20k_files_s": round(staged, 3), "no_files_s": round(plain, 3),
+           "staging_ratio": round(staged / plain, 2),
+           "targets": {"help_s": 0.15, "overhead_s": 0.5, "status_ratio": 0.5}, "repeat": n}
+    if ns.app and os.environ.get("HADOOP_CONF_DIR"):
+        ours, theirs = status_times(ns.app, n)
+        out.update(status_s=round(ours, 3), yarn_cli_status_s=round(theirs, 3),
+                   status_ratio=round(ours / theirs, 2))
+    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

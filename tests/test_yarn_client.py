@@ -139,3 +139,211 @@ def test_watcher_progress_and_final_status(tmp_path, capsys):
     with pytest.raises(JobFailed) as killed:
         w._final(SimpleNamespace(final_status="KILLED", diagnostics="Killed by user"))
     assert killed.value.exit_code == 3
+
+
+# ---------------------------------------------------------------- YARN stand-ins
+# CI has no cluster: these stand in for YARN (a skein client object, the RM's REST API
+# on 127.0.0.1); the real ones are exercised by integration/ on a real Hadoop.
+
+
+def _spec():
+    from tfyarn.jobspec import JobSpec, Resources, Role
+
+    return JobSpec("t", "tensorflow-worker", (Role("worker", 2, Resources(1024, 1)),), "true")
+
+
+class GoneApp:
+    """An application client whose AM has just died: every call fails like skein's."""
+
+    def __init__(self):
+        import skein
+
+        def boom(*_a, **_k):
+            raise skein.exceptions.ConnectionError("Unable to connect to application")
+
+        self.kv = type("KV", (), {"__setitem__": boom, "get": boom, "get_prefix": boom})()
+        self.get_containers = boom
+
+
+class StandInClient:
+    """skein.Client as the watcher uses it, answering from a list of reports."""
+
+    def __init__(self, reports, connect_fails=False):
+        self.reports = list(reports)
+        self.killed = []
+        self.connect_fails = connect_fails
+
+    def application_report(self, app_id):
+        item = self.reports.pop(0) if len(self.reports) > 1 else self.reports[0]
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def connect(self, app_id, wait=False):
+        return GoneApp()
+
+    def kill_application(self, app_id):
+        self.killed.append(app_id)
+
+
+def _rep(state, final="UNDEFINED", diagnostics=""):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(state=state, final_status=final, diagnostics=diagnostics,
+                           tracking_url="http://rm/proxy/app")
+
+
+def test_watcher_survives_an_am_that_dies_right_after_running(monkeypatch, capsys):
+    from tfyarn.errors import JobFailed
+
+    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
+    client = StandInClient([_rep("RUNNING"), _rep("RUNNING"),
+                            _rep("FAILED", "FAILED", "AM container exited with code 1")])
+    with pytest.raises(JobFailed) as failed:
+        yarn.Watcher(client, "application_1_0003", _spec()).run()
+    assert failed.value.exit_code == 1
+    assert "application_1_0003 FAILED: AM container exited with code 1" in str(failed.value)
+
+
+def test_watcher_gives_up_cleanly_when_yarn_stays_unreachable(monkeypatch):
+    import skein
+
+    from tfyarn.errors import TfYarnError
+
+    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
+    client = StandInClient([skein.exceptions.ConnectionError("RM down")])
+    with pytest.raises(TfYarnError) as lost:
+        yarn.Watcher(client, "application_1_0004", _spec()).run()
+    assert "cannot reach YARN for application_1_0004" in str(lost.value)
+    assert "tfyarn status application_1_0004" in str(lost.value)
+
+
+def test_watcher_on_sigterm_kills_the_app_and_exits_143(monkeypatch):
+    import signal
+
+    from tfyarn.errors import JobFailed
+    from tfyarn.interrupts import Interrupts
+
+    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
+    client = StandInClient([_rep("RUNNING")])
+    interrupts = Interrupts(received=[signal.SIGTERM], armed=False)
+    with pytest.raises(JobFailed) as ended:
+        yarn.Watcher(client, "application_1_0005", _spec(), interrupts).run()
+    assert ended.value.exit_code == 143 and "terminated (SIGTERM)" in str(ended.value)
+    assert client.killed == ["application_1_0005"]  # the AM was unreachable: forced
+
+
+def test_gpu_request_on_a_cluster_without_gpus_is_one_line():
+    from tfyarn.errors import SpecError
+    from tfyarn.jobspec import JobSpec, Resources, Role
+
+    spec = JobSpec("t", "standalone", (Role("worker", 1, Resources(1024, 1, 1)),), "true")
+
+    class NoGpuClient:
+        def submit(self, _spec):
+            raise ValueError("Resource type 'yarn.io/gpu' not found")
+
+    with pytest.raises(SpecError) as refused:
+        yarn.submit(NoGpuClient(), object(), spec)
+    assert str(refused.value).startswith("-wg 1: this cluster has no GPU resource (yarn.io/gpu)")
+
+
+def _rm_site(conf_dir, ports, ha=False):
+    props = {}
+    if ha:
+        props["yarn.resourcemanager.ha.enabled"] = "true"
+        props["yarn.resourcemanager.ha.rm-ids"] = ",".join(f"rm{i}" for i in range(len(ports)))
+        for i, port in enumerate(ports):
+            props[f"yarn.resourcemanager.webapp.address.rm{i}"] = f"127.0.0.1:{port}"
+    else:
+        props["yarn.resourcemanager.hostname"] = "127.0.0.1"
+        props["yarn.resourcemanager.webapp.address"] = "${yarn.resourcemanager.hostname}:" \
+            f"{ports[0]}"
+    body = "".join(f"<property><name>{k}</name><value>{v}</value></property>"
+                   for k, v in props.items())
+    (conf_dir / "yarn-site.xml").write_text(f"<configuration>{body}</configuration>")
+
+
+@pytest.fixture
+def rest_rm():
+    """A stand-in for the RM's REST API on 127.0.0.1 (apps, one app, 404 for others)."""
+    import http.server
+    import threading
+
+    app = {"id": "application_1_0009", "name": "census", "state": "FINISHED",
+           "finalStatus": "SUCCEEDED", "trackingUrl": "http://rm/app", "diagnostics": "done",
+           "startedTime": 1_700_000_000_000, "applicationTags": "tfyarn"}
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append(self.path)
+            if self.path.startswith("/ws/v1/cluster/apps/application_1_0009?"):
+                body = {"app": app}
+            elif self.path.startswith("/ws/v1/cluster/apps?"):
+                body = {"apps": {"app": [app]}}
+            else:
+                self.send_error(404)
+                return
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *_a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1], seen
+    server.shutdown()
+
+
+def _tfyarn(*args, env):
+    import subprocess
+
+    return subprocess.run([sys.executable, "-m", "tfyarn", *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_status_and_ls_read_the_rm_rest_api_without_a_jvm(rest_rm, tmp_path, no_hadoop_env):
+    port, seen = rest_rm
+    _rm_site(tmp_path, [port])
+    status = _tfyarn("status", "application_1_0009", "-conf", str(tmp_path), env=no_hadoop_env)
+    assert status.returncode == 0, status.stderr  # no `yarn` on PATH: REST alone answered
+    assert "state: FINISHED\nfinal status: SUCCEEDED" in status.stdout
+    ls = _tfyarn("ls", "--all", "--conf", str(tmp_path), env=no_hadoop_env)
+    assert ls.returncode == 0 and "application_1_0009" in ls.stdout and "census" in ls.stdout
+    assert any("applicationTags=tfyarn" in p for p in seen)
+    missing = _tfyarn("status", "application_1_0404", "-conf", str(tmp_path), env=no_hadoop_env)
+    assert missing.returncode == 1 and "no application application_1_0404" in missing.stderr
+
+
+def test_rest_ha_tries_every_rm(rest_rm, tmp_path, no_hadoop_env):
+    import socket
+
+    port, _ = rest_rm
+    with socket.socket() as s:  # a port where nothing listens: the standby that is down
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    _rm_site(tmp_path, [dead, port], ha=True)
+    out = _tfyarn("status", "application_1_0009", "-conf", str(tmp_path), env=no_hadoop_env)
+    assert out.returncode == 0 and "final status: SUCCEEDED" in out.stdout, out.stderr
+
+
+def test_kerberos_falls_back_to_skein(tmp_path, no_hadoop_env):
+    _rm_site(tmp_path, [1])
+    (tmp_path / "core-site.xml").write_text(
+        "<configuration><property><name>hadoop.security.authentication</name>"
+        "<value>kerberos</value></property></configuration>")
+    out = _tfyarn("status", "application_1_0009", "-conf", str(tmp_path), env=no_hadoop_env)
+    assert out.returncode == EXIT_TFYARN and out.stderr.startswith("Error: no Hadoop client")
+
+
+def test_kill_and_logs_of_a_finished_app_need_no_jvm(rest_rm, tmp_path, no_hadoop_env):
+    port, _ = rest_rm
+    _rm_site(tmp_path, [port])
+    kill = _tfyarn("kill", "application_1_0009", "-conf", str(tmp_path), env=no_hadoop_env)
+    assert kill.returncode == 0 and "already ended: FINISHED / SUCCEEDED" in kill.stderr

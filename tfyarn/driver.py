@@ -33,7 +33,7 @@ from tfyarn.policy import (
     plural,
 )
 from tfyarn.tfconfig import Task, cluster_spec
-from tfyarn.timing import ACK_WAIT_S, STOP_REPORT_S
+from tfyarn.timing import ACK_WAIT_S, RUNNING_POLL_S, STOP_REPORT_S
 
 
 def log(msg: str) -> None:
@@ -177,7 +177,7 @@ def run(spec: JobSpec, store: kvmod.KV) -> Outcome:
     log(f"waiting for {plural(len(spec.tasks()), 'task')} to register "
         f"(-wait_time {spec.register_timeout_s / 60:g} min)")
     while (outcome := referee.step()) is None:
-        time.sleep(store.poll_s)
+        time.sleep(max(store.poll_s, RUNNING_POLL_S) if referee.published else store.poll_s)
     log(f"{outcome.state}: {outcome.message}")
     tasks = stop_everything(spec, store, outcome)
     final = Outcome(outcome.state, outcome.message, outcome.task, outcome.code, outcome.tail, tasks)

@@ -3,8 +3,9 @@
 Policy: links to files and to directories are followed (their targets ship as plain
 files and dirs); a link loop, a dangling link, a FIFO/socket/device or an unreadable
 file is refused with an error naming it. Default excludes apply everywhere. Local mode
-copies the files once per job and hard-links them into each task dir (read-only
-sharing, as YARN's localized resources are); YARN uploads files and dir archives.
+copies the files once per job and links their top-level entries into each task dir
+(symlinks to one shared copy, as YARN links localized resources into a container's
+working dir); YARN uploads files and dir archives.
 """
 
 from __future__ import annotations
@@ -51,14 +52,16 @@ def _check_file(path: str, st: os.stat_result) -> None:
         raise SpecError(f"-f: {path} is not readable (permissions); fix them or leave it out")
 
 
-def walk(root: str, skip: Iterable[str] = ()) -> Iterator[str]:
-    """Every file under `root` that ships, as paths relative to `root`, links followed."""
+def walk(root: str, skip: Iterable[str] = ()) -> Iterator[tuple[str, int]]:
+    """(path relative to `root`, size) of every file under `root` that ships, links
+    followed."""
     skip_abs = {os.path.abspath(s) for s in skip}
     st = _stat(root)
     yield from _visit(root, "", {(st.st_dev, st.st_ino)}, skip_abs)
 
 
-def _visit(path: str, rel: str, ancestors: frozenset | set, skip: Collection[str]) -> Iterator[str]:
+def _visit(path: str, rel: str, ancestors: frozenset | set,
+           skip: Collection[str]) -> Iterator[tuple[str, int]]:
     try:
         names = sorted(os.listdir(path))
     except OSError as exc:
@@ -76,7 +79,7 @@ def _visit(path: str, rel: str, ancestors: frozenset | set, skip: Collection[str
             yield from _visit(full, sub, {*ancestors, key}, skip)
         else:
             _check_file(full, st)
-            yield sub
+            yield sub, st.st_size
 
 
 @dataclass(frozen=True)
@@ -86,20 +89,27 @@ class Inventory:
     entries: tuple[tuple[str, str], ...]
     total_bytes: int
 
+    def top_level(self) -> list[str]:
+        """The names that appear directly in a task's working dir."""
+        return sorted({dest.split(os.sep, 1)[0] for _, dest in self.entries})
+
 
 def inventory(files: Iterable[ShippedFile], limit_mb: int | None,
               skip: Iterable[str] = ()) -> Inventory:
     """Walk every `-f` entry once, apply the policy and refuse more than `limit_mb`
     (catches `-f ~`; None means --force)."""
     entries: list[tuple[str, str]] = []
+    total = 0
     for f in files:
         if not f.is_dir:
-            _check_file(f.source, _stat(f.source))
+            st = _stat(f.source)
+            _check_file(f.source, st)
             entries.append((f.source, f.dest))
+            total += st.st_size
             continue
-        entries += [(os.path.join(f.source, rel), os.path.join(f.dest, rel))
-                    for rel in walk(f.source, skip)]
-    total = sum(os.path.getsize(src) for src, _ in entries)
+        for rel, size in walk(f.source, skip):
+            entries.append((os.path.join(f.source, rel), os.path.join(f.dest, rel)))
+            total += size
     if limit_mb is not None and total > limit_mb * 1024 * 1024:
         raise SpecError(f"-f: {total / 2**20:.0f} MB to ship exceeds {limit_mb} MB; "
                         "check the -f paths or add --force")
@@ -108,19 +118,17 @@ def inventory(files: Iterable[ShippedFile], limit_mb: int | None,
 
 def copy_into(inv: Inventory, root: str) -> None:
     """Copy every shipped file under `root`, keeping the hierarchy (the one real copy)."""
+    made: set[str] = set()
     for src, dest in inv.entries:
         target = os.path.join(root, dest)
-        os.makedirs(os.path.dirname(target) or root, exist_ok=True)
-        shutil.copyfile(src, target)
-        shutil.copymode(src, target)
+        parent = os.path.dirname(target)
+        if parent not in made:
+            os.makedirs(parent, exist_ok=True)
+            made.add(parent)
+        shutil.copy2(src, target)
 
 
 def link_into(inv: Inventory, shared: str, task_dir: str) -> None:
-    """Give a task dir the shared copy by hard links (a copy where links can't be made)."""
-    for _, dest in inv.entries:
-        src, target = os.path.join(shared, dest), os.path.join(task_dir, dest)
-        os.makedirs(os.path.dirname(target) or task_dir, exist_ok=True)
-        try:
-            os.link(src, target)
-        except OSError:
-            shutil.copy2(src, target)
+    """Give a task dir the shared copy: one symlink per top-level entry."""
+    for name in inv.top_level():
+        os.symlink(os.path.join(shared, name), os.path.join(task_dir, name))

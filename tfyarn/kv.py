@@ -85,6 +85,7 @@ class DirKV(KV):
 
     def __init__(self, root: str) -> None:
         self.root = root
+        self._seen: dict[str, tuple[tuple[int, int, int], str]] = {}  # name -> (stat, value)
         os.makedirs(root, exist_ok=True)
 
     def _path(self, key: str) -> str:
@@ -105,14 +106,25 @@ class DirKV(KV):
             return None
 
     def scan(self, prefix: str) -> dict[str, str]:
+        """Every key under `prefix`; a file unchanged since the last scan (same inode,
+        mtime, size: writes replace files) is not read again, so a driver scanning a big
+        idle job costs a stat per key."""
         out = {}
-        for name in os.listdir(self.root):
-            key = urllib.parse.unquote(name)
-            if name.endswith(".tmp") or not key.startswith(prefix):
-                continue
-            value = self.get(key)
-            if value is not None:
-                out[key] = value
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                key = urllib.parse.unquote(entry.name)
+                if entry.name.endswith(".tmp") or not key.startswith(prefix):
+                    continue
+                try:
+                    st = entry.stat()
+                except FileNotFoundError:
+                    continue
+                stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+                seen = self._seen.get(entry.name)
+                value = seen[1] if seen and seen[0] == stamp else self.get(key)
+                if value is not None:
+                    self._seen[entry.name] = (stamp, value)
+                    out[key] = value
         return out
 
 

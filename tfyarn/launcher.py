@@ -15,14 +15,12 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -51,11 +49,13 @@ def reserve_port() -> socket.socket:
     return sock
 
 
-def shell_argv(command: str) -> list[str]:
+def shell_argv(command: str, path: str | None = None) -> list[str]:
     """`-c` is one shell command line, run by bash where there is one (bash execs a lone
     simple command, so the user's process is the launcher's direct child)."""
-    shell = shutil.which("bash") or "/bin/sh"
-    return [shell, "-c", command]
+    dirs = (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
+    bash = next((os.path.join(d, "bash") for d in dirs
+                 if d and os.access(os.path.join(d, "bash"), os.X_OK)), None)
+    return [bash or "/bin/sh", "-c", command]
 
 
 def docker_argv(image: str, command: str, cwd: str, env_keys: Sequence[str], name: str,
@@ -237,7 +237,7 @@ class Launcher:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    tag = uuid.uuid4().hex
+    tag = os.urandom(12).hex()
     watchdog = proc.start_watchdog(TAG_VAR, tag)  # before any thread exists
     proc.set_subreaper()
     flag = StopFlag()

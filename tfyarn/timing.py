@@ -15,12 +15,16 @@ REGISTER_TIMEOUT_MIN = 10  # el_submit's -wait_time default
 HEARTBEAT_S = 2.0  # launcher -> store; well under HEARTBEAT_TIMEOUT_S so one slow put is fine
 WAKE_S = 0.5  # a launcher/client loop re-checks its parent and flags at least this often
 CLUSTER_WAIT_SLACK_S = 60.0  # launcher waits -wait_time plus this for the cluster spec
-STOP_POLL_S = 0.2  # directory store: how often a running launcher looks for the stop key
+STOP_POLL_S = 0.5  # directory store: how often a running launcher looks for the stop key
+# (well inside the 3 s stop grace; skein blocks on an event instead)
 STOP_WAIT_S = 5.0  # one blocking wait for the stop key (skein events), then wait again
 
 # --- stores
-DIR_POLL_S = 0.05  # local directory store: polling is its only way to wait (no inotify)
+DIR_POLL_S = 0.02  # local directory store: polling is its only way to wait (no inotify);
+# short, because start-up latency (register -> cluster spec -> TF_CONFIG) is two such waits
 SKEIN_POLL_S = 0.25  # skein store: the driver's scan interval (one gRPC call each)
+RUNNING_POLL_S = 0.1  # driver scans once training runs: exits need no 20 ms reaction, and
+# scanning every task's keys 50 times a second is what idle local jobs would burn CPU on
 
 # --- driver
 STOP_REPORT_S = 5.0  # after the stop grace, how long to wait for launchers to report

@@ -73,8 +73,8 @@ def stage(spec: JobSpec, tmp: str) -> appspec.Staged:
             continue
         name = f.dest or f".tfyarn-files-{i}"
         archive = os.path.join(tmp, f"files-{i}.tar.gz")
-        _archive([(os.path.join(f.source, rel), rel) for rel in filesmod.walk(f.source, [tmp])],
-                 archive)
+        _archive([(os.path.join(f.source, rel), rel)
+                  for rel, _ in filesmod.walk(f.source, [tmp])], archive)
         resources.append((name, archive, "archive"))
         if not f.dest:
             contents.append(name)
