@@ -76,9 +76,11 @@ def test_frozen_launcher_is_lost_after_the_heartbeat_timeout(tmp_path):
                       "5", "--local", "-c", "sleep 300")
     wait_for(lambda: len(running(job, "sleep 300")) >= 2, what="2 tasks")
     os.kill(launcher_pid(job, "worker:0"), signal.SIGSTOP)
+    t0 = time.monotonic()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     assert "worker:0: launcher lost (no heartbeat for" in err
+    assert time.monotonic() - t0 < 5 + 5  # the timeout, then no wait for the frozen one
     nothing_left(job)
 
 
@@ -195,3 +197,16 @@ def test_closed_stdout_is_said_and_the_job_still_runs(tmp_path):
                          env={**os.environ, "TMPDIR": str(tmp_path)})
     assert out.returncode == 0, out.stderr
     assert "warning: stdout is closed, so the job id is not printed there: local_" in out.stderr
+
+
+def test_sigkill_of_the_driver_stops_every_task_and_exits_4(tmp_path):
+    proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--local", "-c", DAEMON)
+    wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="tasks")
+    driver = next(p for p in job_processes(job) if "tfyarn.driver" in p)
+    os.kill(int(driver.split(":", 1)[0]), signal.SIGKILL)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 4, err
+    assert "tfyarn's driver ended without a final status" in err
+    assert time.monotonic() - t0 < 6  # the launchers were told to stop, not waited out
+    assert job_processes(job) == []

@@ -79,6 +79,7 @@ class Referee:
     interrupted: str | None = None
     parent: int = field(default_factory=os.getppid)
     liveness: Liveness = field(init=False)
+    last_records: dict[Task, dict] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.liveness = Liveness(self.spec.heartbeat_timeout_s)
@@ -132,9 +133,13 @@ class Referee:
         log(msg)
         self.store.put(kvmod.PHASE, msg)
 
+    def lost(self) -> dict[Task, dict]:
+        """Tasks counted as lost so far (their launchers are not waited for)."""
+        return {t: r for t, r in self.last_records.items() if r.get("lost")}
+
     def step(self) -> Outcome | None:
         snap = read_tasks(self.store)
-        records = self.records(snap)
+        records = self.last_records = self.records(snap)
         outcome = (self.external_stop() or decide(self.spec, records)
                    or self.deadline_passed(snap.addrs))
         if outcome is None:
@@ -143,21 +148,24 @@ class Referee:
         return outcome
 
 
-def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome) -> dict[str, dict]:
-    """Tell every launcher to stop and wait (bounded) until the registered ones reported."""
+def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome,
+                    lost: Mapping[Task, dict]) -> dict[str, dict]:
+    """Tell every launcher to stop and wait (bounded) until the registered ones that can
+    still answer reported (a lost launcher cannot: it is not waited for)."""
     store.put(kvmod.STOP, outcome.message)
     store.put(kvmod.PHASE, "stopping")
     deadline = time.monotonic() + spec.stop_grace_s + STOP_REPORT_S
     while True:
         snap = read_tasks(store)
-        pending = [t for t in snap.addrs if t not in snap.exits and t not in snap.lost]
+        gone = {**lost, **snap.lost}
+        pending = [t for t in snap.addrs if t not in snap.exits and t not in gone]
         if not pending or time.monotonic() > deadline:
             break
         time.sleep(store.poll_s)
     for task in pending:
         log(f"{task} did not report after the stop request; its container/process is killed")
     return {str(t): {"host": snap.addrs.get(t, "").rsplit(":", 1)[0],
-                     **_brief(snap.exits.get(t) or snap.lost.get(t))}
+                     **_brief(snap.exits.get(t) or gone.get(t))}
             for t in spec.tasks()}
 
 
@@ -179,7 +187,7 @@ def run(spec: JobSpec, store: kvmod.KV) -> Outcome:
     while (outcome := referee.step()) is None:
         time.sleep(max(store.poll_s, RUNNING_POLL_S) if referee.published else store.poll_s)
     log(f"{outcome.state}: {outcome.message}")
-    tasks = stop_everything(spec, store, outcome)
+    tasks = stop_everything(spec, store, outcome, referee.lost())
     final = Outcome(outcome.state, outcome.message, outcome.task, outcome.code, outcome.tail, tasks)
     store.put(kvmod.STATUS, final.to_json())
     if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go

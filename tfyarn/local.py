@@ -32,7 +32,7 @@ from tfyarn import proc
 from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError
 from tfyarn.interrupts import Interrupts
 from tfyarn.jobspec import JobSpec
-from tfyarn.policy import Outcome, elapsed_words, exit_code, plural
+from tfyarn.policy import EXIT_TFYARN, Outcome, elapsed_words, exit_code, plural
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task
 from tfyarn.timing import FOLLOW_S, LOCAL_DRIVER_SLACK_S, LOCAL_STOP_WAIT_S, STOP_REPORT_S
@@ -323,8 +323,7 @@ class LocalJob:
                           self.interrupts)
                 self._watch(procs)
             finally:
-                wait_procs(procs.launchers.values(), self.spec.stop_grace_s + STOP_REPORT_S,
-                           cut=lambda: self.interrupts.count >= 2)
+                wait_procs(reported(procs), STOP_REPORT_S, cut=lambda: self.interrupts.count >= 2)
                 kill_all(procs.all(), self.job_id, self.spec.runtime.mode == "docker")
                 procs.follower.stop()
         return self._finish(jd)
@@ -352,6 +351,10 @@ class LocalJob:
             report_dead_launchers(procs, store)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 procs.driver.wait(timeout=FOLLOW_S)
+        if procs.driver is not None and store.get(kvmod.STATUS) is None:
+            say(f"the driver ended without a final status ({describe_rc(procs.driver)}); "
+                "stopping every task")
+            store.put(kvmod.STOP, "the driver died")
 
     def _stop_wait(self) -> float:
         return self.spec.stop_grace_s + LOCAL_STOP_WAIT_S
@@ -364,8 +367,9 @@ class LocalJob:
                             f"stopped after {took} (logs: {jd.root}/logs)",
                             self.interrupts.exit_code())
         if raw is None:
-            raise JobFailed(f"job {self.job_id}: the driver ended without a final status after "
-                            f"{took}; read {jd.log_path('driver')}")
+            raise JobFailed(f"job {self.job_id}: tfyarn's driver ended without a final status "
+                            f"after {took}; every task was stopped. Read "
+                            f"{jd.log_path('driver')}", EXIT_TFYARN)
         outcome = Outcome.from_json(raw)
         if outcome.state != "SUCCEEDED":
             raise JobFailed(failure_message(self.job_id, outcome, jd, took),
@@ -378,6 +382,19 @@ class LocalJob:
         return outcome
 
 
+def reported(procs: Procs) -> list[subprocess.Popen]:
+    """Launchers that published their exit record, so are about to exit by themselves;
+    the others (frozen, or never told) are killed without waiting."""
+    store = kvmod.open_kv(procs.jd.kv_url)
+    return [p for t, p in procs.launchers.items() if store.get(kvmod.exit_key(t)) is not None]
+
+
+def describe_rc(p: subprocess.Popen) -> str:
+    rc = p.poll()
+    return f"killed by {signal.Signals(-rc).name}" if rc is not None and rc < 0 \
+        else f"exit code {rc}"
+
+
 def report_dead_launchers(procs: Procs, store: kvmod.KV) -> None:
     """A launcher process that ended without an exit record died (SIGKILL, OOM killer):
     tell the driver now rather than after the heartbeat timeout."""
@@ -385,11 +402,9 @@ def report_dead_launchers(procs: Procs, store: kvmod.KV) -> None:
         if p.poll() is None or store.get(kvmod.exit_key(task)) is not None:
             continue
         if store.get(kvmod.lost_key(task)) is None:
-            how = f"killed by {signal.Signals(-p.returncode).name}" if p.returncode < 0 \
-                else f"exit code {p.returncode}"
             store.put(kvmod.lost_key(task), json.dumps({
                 "code": None, "lost": True, "time": time.time(),
-                "reason": f"its launcher process died ({how}) before reporting"}))
+                "reason": f"its launcher process died ({describe_rc(p)}) before reporting"}))
 
 
 def _stderr_bytes():  # noqa: ANN202 - a binary stream or None
