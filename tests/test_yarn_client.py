@@ -347,3 +347,27 @@ def test_kill_and_logs_of_a_finished_app_need_no_jvm(rest_rm, tmp_path, no_hadoo
     _rm_site(tmp_path, [port])
     kill = _tfyarn("kill", "application_1_0009", "-conf", str(tmp_path), env=no_hadoop_env)
     assert kill.returncode == 0 and "already ended: FINISHED / SUCCEEDED" in kill.stderr
+
+
+def test_skein_failure_inside_a_lifecycle_command_is_one_line(monkeypatch):
+    import contextlib
+
+    import skein
+
+    from tfyarn.errors import TfYarnError
+
+    class Failing:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *_a):
+            return False
+
+        def get_applications(self, states=None):
+            raise skein.exceptions.ConnectionError("lost the skein driver")
+
+    monkeypatch.setattr(yarn, "require_client", lambda _opts: None)
+    monkeypatch.setattr(yarn, "_start_client", lambda _skein, _opts: Failing())
+    with pytest.raises(TfYarnError) as failed, contextlib.suppress(SystemExit):
+        yarn._ls_skein(True, yarn.ClientOptions())
+    assert str(failed.value).startswith("a YARN call failed: lost the skein driver")

@@ -85,7 +85,7 @@ class Referee:
         self.liveness = Liveness(self.spec.heartbeat_timeout_s)
 
     def external_stop(self) -> Outcome | None:
-        if self.interrupted is None and os.getppid() != self.parent:
+        if os.getppid() != self.parent:  # before a signal: a dying client sends SIGTERM too
             self.interrupted = "the driver's parent process (the local client) died"
         reason = self.interrupted or self.store.get(kvmod.KILL)
         return None if reason is None else Outcome("KILLED", f"killed: {reason}")

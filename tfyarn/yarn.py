@@ -131,8 +131,12 @@ def yarn_client(opts: ClientOptions) -> Iterator[Any]:
     import skein
 
     client = _start_client(skein, opts)
-    with client:
-        yield client
+    try:
+        with client:
+            yield client
+    except (skein.exceptions.SkeinError, ConnectionError) as exc:  # any call inside
+        raise TfYarnError(f"a YARN call failed: {exc}; check the cluster (yarn node -list) "
+                          "and try again") from None
 
 
 def _start_client(skein: Any, opts: ClientOptions) -> Any:
