@@ -17,6 +17,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the one process-table reader of the checks
+import proctable  # noqa: E402
+
 DATA = REPO.parent / "shared" / "data" / "adult"
 APP_ID = re.compile(r"^application_\d+_\d+$")
 
@@ -109,24 +112,9 @@ def node_processes(app_id: str) -> list[str]:
     Works on a single-node cluster whose containers run as this user (the sandbox's
     DefaultContainerExecutor); with LinuxContainerExecutor run the suite as root.
     """
-    needles = (f"TFYARN_JOB_ID={app_id}".encode(), f"SKEIN_APPLICATION_ID={app_id}".encode())
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{pid}/comm") as f:
-                comm = f.read().strip()
-        except OSError:
-            continue
-        if any(n in env for n in needles) and "java" not in comm:
-            found.append(f"{pid}:{comm}: {cmd}")
-    return found
+    return [f"{p.pid}:{p.comm}: {p.cmdline}"
+            for p in proctable.carrying(f"TFYARN_JOB_ID={app_id}", f"SKEIN_APPLICATION_ID={app_id}")
+            if "java" not in p.comm]
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:

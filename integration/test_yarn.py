@@ -63,16 +63,22 @@ def test_failing_worker(el_submit):
     assert app_id not in yarn_cli("application", "-list", "-appStates", "RUNNING")
 
 
-def test_ctrl_c_kills_the_application(tmp_path, apps):
-    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn",
-                             "2", *SMALL, "--python", sys.executable, "-c", "sleep 600"],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def watching(tmp_path, apps, *args: str) -> tuple[subprocess.Popen, str]:
+    """el_submit in the background, once its job trains (or 5 minutes passed)."""
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", *args, *SMALL, "--python",
+                             sys.executable, "-c", "sleep 600"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     app_id = proc.stdout.readline().strip()
     apps.append(app_id)
     deadline = time.monotonic() + 300
     for line in proc.stderr:
         if "training" in line or time.monotonic() > deadline:
             break
+    return proc, app_id
+
+
+def test_ctrl_c_kills_the_application(tmp_path, apps):
+    proc, app_id = watching(tmp_path, apps, "-t", "tensorflow-worker", "-wn", "2")
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=120)
     assert proc.returncode == 130
@@ -199,15 +205,7 @@ def test_frozen_launcher_fails_the_job_as_lost(el_submit, tmp_path, apps):
 
 
 def test_sigterm_to_el_submit_kills_the_application(tmp_path, apps):
-    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "standalone", *SMALL,
-                             "--python", sys.executable, "-c", "sleep 600"], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    app_id = proc.stdout.readline().strip()
-    apps.append(app_id)
-    deadline = time.monotonic() + 300
-    for line in proc.stderr:
-        if "training" in line or time.monotonic() > deadline:
-            break
+    proc, app_id = watching(tmp_path, apps, "-t", "standalone")
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143 and "terminated (SIGTERM)" in err, err

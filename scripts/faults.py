@@ -19,29 +19,18 @@ import tempfile
 import time
 from collections.abc import Callable
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
+import proctable  # noqa: E402  (the one process-table reader of the checks)
+
 PY = sys.executable
 DAEMON = "setsid sleep 300 & sleep 300"
 STUBBORN = "trap '' TERM; setsid sleep 300 & sleep 300"
 
 
 def job_pids(job: str, needle: str = "") -> list[int]:
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{pid}/comm") as f:
-                comm = f.read().strip()
-        except OSError:
-            continue
-        if f"TFYARN_JOB_ID={job}".encode() in env and needle in cmd and comm != "tfyarn-watchdog":
-            out.append(int(pid))
-    return out
+    """The job's processes (not launchers' watchdogs) whose command line has `needle`."""
+    return [p.pid for p in proctable.carrying(f"TFYARN_JOB_ID={job}")
+            if needle in p.cmdline and p.comm != "tfyarn-watchdog"]
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = 60) -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import proctable
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -17,21 +18,8 @@ CENSUS = REPO / "examples" / "census" / "census_single.py"
 
 def job_processes(job_id: str) -> list[str]:
     """Live processes whose environment or command line mentions the job (zombies excluded)."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if f"TFYARN_JOB_ID={job_id}".encode() in env.split(b"\0") or job_id in cmd:
-            found.append(f"{pid}: {cmd}")
-    return found
+    return [f"{p.pid}: {p.cmdline}" for p in proctable.live()
+            if f"TFYARN_JOB_ID={job_id}".encode() in p.env or job_id in p.cmdline]
 
 
 @pytest.fixture

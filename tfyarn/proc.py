@@ -194,6 +194,23 @@ _held: list[int] = []
 # ---------------------------------------------------------------- output
 
 
+class Sink:
+    """A stream written to until it fails (a closed terminal, `| head`): then dropped,
+    so the writer goes on (draining a child, following files) instead of dying."""
+
+    def __init__(self, out: IO[bytes] | None) -> None:
+        self.out = out
+
+    def write(self, data: bytes) -> None:
+        if self.out is None or not data:
+            return
+        try:
+            self.out.write(data)
+            self.out.flush()
+        except (OSError, ValueError):
+            self.out = None
+
+
 class LinePump:
     """Copies a child's output stream line by line into `sink`, keeping its last lines.
 
@@ -204,29 +221,20 @@ class LinePump:
 
     def __init__(self, stream: IO[bytes], sink: IO[bytes] | None, keep: int = TAIL_KEEP) -> None:
         self.stream = stream
-        self.sink = sink
+        self.sink = Sink(sink)
         self.tail: collections.deque[str] = collections.deque(maxlen=keep)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
-    def _write(self, data: bytes) -> None:
-        if self.sink is None:
-            return
-        try:
-            self.sink.write(data)
-            self.sink.flush()
-        except (OSError, ValueError):
-            self.sink = None
-
     def _run(self) -> None:
         partial = False
         for chunk in iter(lambda: self.stream.readline(CHUNK), b""):
-            self._write(chunk)
+            self.sink.write(chunk)
             if not partial:
                 self.tail.append(cut_line(chunk.decode("utf-8", "replace")))
             partial = not chunk.endswith(b"\n")
         if partial:
-            self._write(b"\n")
+            self.sink.write(b"\n")
         self.stream.close()
 
     def join(self, timeout: float | None = None) -> None:
@@ -242,7 +250,7 @@ class Follower:
     """
 
     def __init__(self, out: IO[bytes] | None, interval: float) -> None:
-        self.out = out
+        self.out = Sink(out)
         self.interval = interval
         self.files: dict[str, tuple[str, bytes]] = {}  # path -> (prefix, partial line)
         self.offsets: dict[str, int] = {}
@@ -259,15 +267,6 @@ class Follower:
         self.thread.start()
         return self
 
-    def _emit(self, data: bytes) -> None:
-        if self.out is None or not data:
-            return
-        try:
-            self.out.write(data)
-            self.out.flush()
-        except (OSError, ValueError):
-            self.out = None
-
     def poll(self, final: bool = False) -> None:
         with self.lock:
             for path, (prefix, partial) in list(self.files.items()):
@@ -275,7 +274,7 @@ class Follower:
                 *lines, rest = data.split(b"\n")
                 if final and rest:
                     lines, rest = [*lines, rest], b""
-                self._emit(b"".join(prefix.encode() + line + b"\n" for line in lines))
+                self.out.write(b"".join(prefix.encode() + line + b"\n" for line in lines))
                 self.files[path] = (prefix, rest)
 
     def _read_new(self, path: str) -> bytes:
