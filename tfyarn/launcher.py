@@ -226,8 +226,8 @@ class Launcher:
         self.store.put(kvmod.start_key(a.task), json.dumps({"pid": child.pid,
                                                             "time": time.time()}))
         assert child.stdout is not None and child.stderr is not None
-        out = proc.LinePump(child.stdout, sys.stdout.buffer)
-        err = proc.LinePump(child.stderr, sys.stderr.buffer)
+        out = proc.LinePump(child.stdout, getattr(sys.stdout, "buffer", None))  # None: closed
+        err = proc.LinePump(child.stderr, getattr(sys.stderr, "buffer", None))
         rc = supervise(child, self.flag, a.job.stop_grace_s, {self.watchdog})
         out.join(timeout=2.0)
         err.join(timeout=2.0)

@@ -317,7 +317,8 @@ class LocalJob:
         with self.interrupts.deferred():
             emit_id(self.job_id)
             say(f"job {self.job_id}: {plural(len(self.spec.tasks()), 'task')}, dir {jd.root}")
-            procs = Procs(jd, proc.Follower(_stderr_bytes(), FOLLOW_S).start())
+            terminal = getattr(sys.stderr, "buffer", None)  # None when stderr is closed
+            procs = Procs(jd, proc.Follower(terminal, FOLLOW_S).start())
             try:
                 start_all(self.spec, procs, base_env(self.settings, self.job_id, prefix),
                           self.interrupts)
@@ -405,10 +406,6 @@ def report_dead_launchers(procs: Procs, store: kvmod.KV) -> None:
             store.put(kvmod.lost_key(task), json.dumps({
                 "code": None, "lost": True, "time": time.time(),
                 "reason": f"its launcher process died ({describe_rc(p)}) before reporting"}))
-
-
-def _stderr_bytes():  # noqa: ANN202 - a binary stream or None
-    return getattr(sys.stderr, "buffer", None)
 
 
 def failure_message(job_id: str, outcome: Outcome, jd: JobDir, took: str) -> str:

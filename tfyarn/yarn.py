@@ -26,7 +26,7 @@ from tfyarn import kv as kvmod
 from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError, TfYarnError
 from tfyarn.interrupts import Interrupts
 from tfyarn.jobspec import JobSpec
-from tfyarn.policy import STATE_EXIT, Outcome, exit_code, format_tasks
+from tfyarn.policy import STATE_EXIT, Outcome, elapsed_words, exit_code, format_tasks
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task
 from tfyarn.timing import YARN_KILL_WAIT_S, YARN_POLL_S
@@ -386,16 +386,10 @@ class Watcher:
                 say(f"  {line}")
         state = final if final in STATE_EXIT else ("KILLED" if self.state == "KILLED" else "FAILED")
         if state == "SUCCEEDED":
-            say(f"{self.app_id} SUCCEEDED in {elapsed(self.begun)}")
+            say(f"{self.app_id} SUCCEEDED in {elapsed_words(time.monotonic() - self.begun)}")
             return 0
         raise JobFailed(failure_text(self.app_id, state, self.outcome, rep.diagnostics),
                         exit_code(state))
-
-
-def elapsed(since: float) -> str:
-    from tfyarn.policy import elapsed_words
-
-    return elapsed_words(time.monotonic() - since)
 
 
 def failure_text(app_id: str, state: str, outcome: Outcome | None, diagnostics: str) -> str:
