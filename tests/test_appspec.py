@@ -40,8 +40,8 @@ def test_seed_job_spec(tmp_path):
     assert chief["resources"] == {"memory": 2000, "vcores": 1, "gpus": 1}
     assert ps["resources"] == {"memory": 2000, "vcores": 1, "gpus": 0}
     assert chief["instances"] == 1 and chief["max_restarts"] == 0 and chief["node_label"] == "gpu"
-    assert "--task chief:0 --kv skein:" in chief["script"]
-    assert "--task ps:0 --kv skein:" in ps["script"]
+    assert "--tasks chief:0 --gpus auto --kv skein:" in chief["script"]
+    assert "--tasks ps:0 --gpus auto --kv skein:" in ps["script"]
     assert app["master"]["resources"] == {"memory": 2048, "vcores": 1}
     assert "-m tfyarn.driver --job tfyarn-job.json --kv skein:" in app["master"]["script"]
     assert (app["name"], app["queue"], app["tags"]) == ("wide_and_deep", "ml", ["team-a", "tfyarn"])
@@ -64,7 +64,7 @@ def test_every_app_type(tmp_path, kw, services):
     assert set(app["services"]) == services
     for name, svc in app["services"].items():
         task = name.replace("-", ":")
-        assert f"--task {task} " in svc["script"]  # the index is explicit, never derived
+        assert f"--tasks {task} " in svc["script"]  # the index is explicit, never derived
     skein.ApplicationSpec.from_dict(app)
 
 

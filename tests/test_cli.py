@@ -39,7 +39,7 @@ BAD = [
     (["-t", "tensorflow"], "-t"), (["-t", "standalone", "-wn", "2"], "-wn"),
     (["-x", "maybe"], "-x"), (["-f", "missing_dir"], "-f"), (["-m", "docker"], "-m_arg"),
     (["-m", "virtual-env", "-m_arg", "nope.tar.gz"], "-m_arg"), (["--env", "NOEQUALS"], "--env"),
-    (["-wait_time", "0"], "-wait_time"), (["-t", "tensorflow-mpi"], "tensorflow-mpi"),
+    (["-wait_time", "0"], "-wait_time"), (["-t", "tensorflow-ps", "-ppn", "2"], "-ppn"),
     (["-log_tensorboard", "/tmp/tb"], "-log_tensorboard"), (["--bogus", "1"], "--bogus"),
 ]
 

@@ -44,7 +44,7 @@ def running(job_id: str, needle: str) -> list[str]:
 def launcher_pid(job_id: str, task: str) -> int:
     """The launcher of `task` (not its watchdog, a fork with the same command line)."""
     pids = [int(p.split(":", 1)[0]) for p in job_processes(job_id)
-            if "tfyarn.launcher" in p and f"--task {task} " in p]
+            if "tfyarn.launcher" in p and f"--tasks {task} " in p]
     launchers = [p for p in pids if comm(p) != "tfyarn-watchdog"]
     assert len(launchers) == 1 and len(pids) == 2, pids
     return launchers[0]

@@ -271,5 +271,7 @@ def test_readme_setup_commands_chain_in_one_shell():
                      if line.startswith("    ") and line.strip()][:2]
     assert "cd examples/census" not in first.replace("(cd examples/census", "")
     assert second.startswith("python3 -m venv .venv") and ".venv/bin/pytest" in second
+    ci = (REPO / ".ci" / "run").read_text()  # CI installs and tests as the README says
+    assert "scripts/build-horovod" in second and "scripts/build-horovod" in ci
     shlex.split(first)  # it is a well-formed shell line
     assert job_processes("never-a-job") == []

@@ -50,7 +50,7 @@ def test_memory_units(text, mb):
     ({"exit_ps": "maybe"}, "-x"), ({"command": ()}, "-c"), ({"files": "nope.py"}, "-f"),
     ({"mode": "docker"}, "-m docker"), ({"mode": "virtual-env", "mode_arg": "gone.tgz"}, "-m_arg"),
     ({"env": ("NOEQUALS",)}, "--env"), ({"wait_time": "0"}, "-wait_time"),
-    ({"app_type": "tensorflow-mpi"}, "-t tensorflow-mpi"), ({"workers_per_gpu": "2"}, "-wnpg"),
+    ({"app_type": "pytorch", "workers_per_gpu": "2"}, "-wnpg"), ({"workers_per_gpu": "2"}, "-wnpg"),
     ({"enable_tensorboard": "true"}, "-enable_tensorboard"), ({"timeout": "0"}, "--timeout"),
     ({"app_type": "tensorflow-worker", "ps_num": "1"}, "-pn"), ({"conf": "nodir"}, "-conf"),
 ])

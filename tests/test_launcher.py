@@ -34,7 +34,7 @@ class Container:
         env = {**os.environ, "TFYARN_JOB_ID": self.job_id, "TFYARN_ADVERTISE_HOST": "127.0.0.1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tfyarn.launcher", "--job", str(tmp_path / "job.json"),
-             "--task", str(TASK), "--kv", f"dir:{tmp_path / 'kv'}"],
+             "--tasks", str(TASK), "--kv", f"dir:{tmp_path / 'kv'}", "--gpus", "none"],
             cwd=tmp_path, env=env, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         addr = self.store.wait(kvmod.addr_key(TASK), timeout=30)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfyarn.jobspec import JobSpec
+from tfyarn.jobspec import Container, JobSpec
 from tfyarn.tfconfig import Task
 
 JOB_FILE = "tfyarn-job.json"
@@ -44,8 +44,10 @@ class ClusterDefaults:
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
-def service_name(task: Task) -> str:
-    return f"{task.type}-{task.index}"
+def service_name(task: Task, spec: JobSpec | None = None) -> str:
+    """The skein service (container) that runs `task`: its own (`worker-1`) unless the
+    job packs several tasks per container (`workers-0`)."""
+    return spec.container_of(task).name if spec is not None else f"{task.type}-{task.index}"
 
 
 HADOOP_ENV = r"""# Hadoop client env so TF can read hdfs:// (skipped quietly when no hadoop here)
@@ -99,12 +101,13 @@ def check_python(py: str, what: str) -> str:
             ' (-m virtual-env) or the image (-m docker)" >&2\n  exit 1\nfi\n')
 
 
-def task_script(spec: JobSpec, task: Task, staged: Staged) -> str:
+def task_script(spec: JobSpec, container: Container, staged: Staged) -> str:
     py = python_for(spec)
+    tasks = ",".join(str(t) for t in container.tasks)
     return ("set -u\n" + HADOOP_ENV + runtime_setup(spec) + link_contents(staged.link_contents)
-            + check_python(py, str(task))
+            + check_python(py, container.name)
             + f"exec {shlex.quote(py)} -m tfyarn.launcher --job {JOB_FILE} "
-              f"--task {task} --kv skein:\n")
+              f"--tasks {tasks} --gpus auto --kv skein:\n")
 
 
 def driver_script(spec: JobSpec) -> str:
@@ -143,15 +146,15 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
     env = container_env(spec, defaults)
     label = {"node_label": spec.yarn.node_label} if spec.yarn.node_label else {}
     services = {}
-    for task in spec.tasks():
-        res = spec.role(task.type).resources
-        services[service_name(task)] = {
+    for container in spec.containers():
+        res = container.resources
+        services[container.name] = {
             "instances": 1,
             "max_restarts": 0,
             "resources": {"memory": res.memory_mb, "vcores": res.vcores, "gpus": res.gpus},
             "files": files,
             "env": env,
-            "script": task_script(spec, task, staged),
+            "script": task_script(spec, container, staged),
             **label,
         }
     master_files = files_dict(Staged(staged.job_json), env_archive)

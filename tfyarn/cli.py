@@ -281,12 +281,19 @@ def _local_status(job_id: str) -> int:
 
 
 def _local_logs(job_id: str, task: str | None) -> int:
-    logs = os.path.join(_local_job_dir(job_id), "logs")
+    from tfyarn.jobspec import JobSpec
+    from tfyarn.local import JobDir, task_log
+
+    jd = JobDir(_local_job_dir(job_id))
+    logs = os.path.join(jd.root, "logs")
     names = sorted(os.listdir(logs))
     if task:
-        names = [n for n in names if n == f"{task.replace(':', '_')}.log"]
-        if not names:
-            raise SpecError(f"--task: {job_id} has no log for {task!r}; see: ls {logs}")
+        with open(jd.job_json, encoding="utf-8") as f:
+            spec = JobSpec.from_json(f.read())
+        try:
+            names = [os.path.basename(task_log(spec, jd, task))]
+        except (ValueError, StopIteration):
+            raise SpecError(f"--task: {job_id} has no task {task!r}; see: ls {logs}") from None
     for name in names:
         click.echo(f"===== {os.path.join(logs, name)}")
         with open(os.path.join(logs, name), encoding="utf-8", errors="replace") as f:

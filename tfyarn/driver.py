@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -32,7 +33,9 @@ from tfyarn.policy import (
     lost_record,
     plural,
 )
-from tfyarn.tfconfig import Task, cluster_spec
+from tfyarn.rendezvous import RendezvousServer
+from tfyarn.settings import Settings
+from tfyarn.tfconfig import Task, allreduce_ranks, cluster_spec
 from tfyarn.timing import ACK_WAIT_S, RUNNING_POLL_S, STOP_REPORT_S
 
 
@@ -80,6 +83,8 @@ class Referee:
     parent: int = field(default_factory=os.getppid)
     liveness: Liveness = field(init=False)
     last_records: dict[Task, dict] = field(default_factory=dict)
+    advertise_host: str = "127.0.0.1"
+    rendezvous: RendezvousServer | None = None
 
     def __post_init__(self) -> None:
         self.liveness = Liveness(self.spec.heartbeat_timeout_s)
@@ -116,11 +121,25 @@ class Referee:
         if self.published or len(addrs) < len(self.spec.tasks()):
             return
         cluster = cluster_spec(addrs)
+        if self.spec.allreduce:
+            self.publish_ranks(addrs)
         self.store.put(kvmod.CLUSTER, json.dumps(cluster))
         self.store.put(kvmod.PHASE, "running")
         self.published = True
         log(f"all {plural(len(addrs), 'task')} registered; cluster spec published: "
             f"{json.dumps(cluster)}")
+
+    def publish_ranks(self, addrs: Mapping[Task, str]) -> None:
+        """Allreduce jobs: ranks grouped by host, torch's master (rank 0's reserved port)
+        and, for Horovod (tensorflow-mpi), a fresh gloo rendezvous server."""
+        ranks = allreduce_ranks(addrs)
+        master = next(addrs[t] for t, r in ranks.items() if r.rank == 0)
+        if self.spec.app_type == "tensorflow-mpi":
+            self.rendezvous = RendezvousServer(self.advertise_host).start()
+            log(f"Horovod gloo rendezvous at {self.rendezvous.address}")
+        table = {"ranks": {str(t): r._asdict() for t, r in ranks.items()}, "master": master,
+                 "rendezvous": self.rendezvous.address if self.rendezvous else None}
+        self.store.put(kvmod.RANKS, json.dumps(table))
 
     def note_chief_done(self, records: Mapping[Task, Mapping]) -> None:
         """-x False: say once that the chief is done and the job now waits for the rest."""
@@ -176,9 +195,9 @@ def _brief(rec: Mapping | None) -> dict:
             "lost": bool(rec.get("lost")), "reason": rec.get("reason")}
 
 
-def run(spec: JobSpec, store: kvmod.KV) -> Outcome:
+def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1") -> Outcome:
     """Drive one job to its end and publish the final status."""
-    referee = Referee(spec, store)
+    referee = Referee(spec, store, advertise_host=advertise_host)
     if threading.current_thread() is threading.main_thread():
         _trap_signals(referee)
     store.put(kvmod.PHASE, "registering")
@@ -188,6 +207,8 @@ def run(spec: JobSpec, store: kvmod.KV) -> Outcome:
         time.sleep(max(store.poll_s, RUNNING_POLL_S) if referee.published else store.poll_s)
     log(f"{outcome.state}: {outcome.message}")
     tasks = stop_everything(spec, store, outcome, referee.lost())
+    if referee.rendezvous is not None:
+        referee.rendezvous.stop()
     final = Outcome(outcome.state, outcome.message, outcome.task, outcome.code, outcome.tail, tasks)
     store.put(kvmod.STATUS, final.to_json())
     if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
@@ -223,7 +244,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with open(ns.job, encoding="utf-8") as f:
         spec = JobSpec.from_json(f.read())
     store = kvmod.open_kv(ns.kv)
-    outcome = run(spec, store)
+    settings = Settings.from_environ()
+    outcome = run(spec, store, settings.advertise_host or socket.getfqdn())
     if isinstance(store, kvmod.SkeinKV):
         finish_yarn(store, outcome)
     return exit_code(outcome.state)

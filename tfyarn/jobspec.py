@@ -17,7 +17,9 @@ from typing import Any
 from tfyarn import tfconfig, timing
 from tfyarn.errors import SpecError
 
-APP_TYPES = ("tensorflow-ps", "tensorflow-worker", "tensorflow-mpi", "standalone")
+APP_TYPES = ("tensorflow-ps", "tensorflow-worker", "tensorflow-mpi", "standalone", "pytorch")
+ALLREDUCE = ("tensorflow-mpi", "pytorch")  # ranks instead of a TF cluster: -ppn applies
+SHARED_GPU = ("tensorflow-ps", "tensorflow-worker")  # -wnpg applies
 MODES = ("local", "virtual-env", "docker")
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$", re.ASCII)
 _INT = re.compile(r"^\s*-?[0-9]+\s*$", re.ASCII)
@@ -37,6 +39,7 @@ MAX = {
     "timeout_s": 31 * 24 * 3600,  # a month of training
     "heartbeat_s": 3600,
     "name_chars": 1024,
+    "per_container": 64,  # -ppn, -wnpg
 }
 
 
@@ -69,6 +72,19 @@ class Role:
             raise SpecError(f"unknown role {self.name!r}; expected one of {tfconfig.TASK_TYPES}")
         if self.instances < 1:
             raise SpecError(f"role {self.name} needs at least one instance")
+
+
+@dataclass(frozen=True)
+class Container:
+    """One YARN container (a local launcher process) and the tasks it hosts.
+
+    `-wm/-wc/-wg` size a container, shared by its processes: `-ppn k` puts k ranks in
+    each, `-wnpg k` k workers (sharing its GPU).
+    """
+
+    name: str
+    tasks: tuple[tfconfig.Task, ...]
+    resources: Resources
 
 
 @dataclass(frozen=True)
@@ -131,6 +147,7 @@ class JobSpec:
     timeout_s: float | None = None
     stop_grace_s: float = timing.STOP_GRACE_S
     heartbeat_timeout_s: float = timing.HEARTBEAT_TIMEOUT_S
+    tasks_per_container: int = 1  # worker-side tasks per container (-ppn / -wnpg)
     yarn: YarnOptions = field(default_factory=YarnOptions)
 
     def __post_init__(self) -> None:
@@ -146,6 +163,8 @@ class JobSpec:
             raise SpecError("--timeout must be greater than 0 seconds")
         if self.heartbeat_timeout_s <= timing.HEARTBEAT_S:
             raise SpecError(f"--heartbeat-timeout must be over {timing.HEARTBEAT_S:g} s")
+        if not 1 <= self.tasks_per_container <= MAX["per_container"]:
+            raise SpecError(f"tasks per container must be 1..{MAX['per_container']}")
         for key, _ in self.env:
             if not ENV_KEY.match(key):
                 raise SpecError(f"--env: {key!r} is not a valid variable name")
@@ -157,8 +176,36 @@ class JobSpec:
         """Every task of the job, ps first, in a stable order."""
         return tuple(tfconfig.Task(r.name, i) for r in self.roles for i in range(r.instances))
 
+    @property
+    def allreduce(self) -> bool:
+        return self.app_type in ALLREDUCE
+
+    def containers(self) -> tuple[Container, ...]:
+        """The containers, in order: one per ps, then the worker-side tasks (chief first)
+        in groups of `tasks_per_container`. A one-task container is named after its task
+        (`ps-0`, `chief-0`, `worker-1`); a group `workers-0`, `workers-1`, ..."""
+        ps = [t for t in self.tasks() if t.type == "ps"]
+        rest = [t for t in self.tasks() if t.type != "ps"]
+        k = self.tasks_per_container
+        groups = [tuple(rest[i:i + k]) for i in range(0, len(rest), k)]
+        out = [Container(f"ps-{t.index}", (t,), self.role("ps").resources) for t in ps]
+        for i, group in enumerate(groups):
+            name = f"{group[0].type}-{group[0].index}" if k == 1 else f"workers-{i}"
+            out.append(Container(name, group, self.role(group[-1].type).resources))
+        return tuple(out)
+
+    def container_of(self, task: tfconfig.Task) -> Container:
+        return next(c for c in self.containers() if task in c.tasks)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def describe(self) -> dict[str, Any]:
+        """`--dry-run`'s view: the job, plus the containers it asks YARN for (derived,
+        ignored when read back)."""
+        containers = [{"name": c.name, "tasks": [str(t) for t in c.tasks],
+                       **asdict(c.resources)} for c in self.containers()]
+        return {**self.to_dict(), "containers": containers}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
@@ -166,11 +213,11 @@ class JobSpec:
     def to_yaml(self) -> str:
         import yaml  # pyyaml is a runtime dependency, loaded only when YAML is asked for
 
-        return yaml.safe_dump(self.to_dict(), sort_keys=False)
+        return yaml.safe_dump(self.describe(), sort_keys=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
-        d = dict(data)
+        d = {k: v for k, v in data.items() if k != "containers"}  # derived, see describe()
         d["roles"] = tuple(
             Role(r["name"], r["instances"], Resources(**r["resources"])) for r in d["roles"]
         )
@@ -345,14 +392,10 @@ def join_command(tokens: tuple[str, ...]) -> str:
 
 def _reject_unsupported(a: ElSubmitArgs) -> None:
     """Flags el_submit documents that tfyarn does not do yet: say so, never ignore them."""
-    if a.app_type == "tensorflow-mpi":
-        raise SpecError("-t tensorflow-mpi is not supported yet; use tensorflow-worker (MWMS)")
     checks = [
         ("-interact", parse_bool("-interact", a.interact), "interactive sessions"),
         ("-enable_tensorboard", parse_bool("-enable_tensorboard", a.enable_tensorboard), "TB"),
         ("-log_tensorboard", a.log_tensorboard is not None, "TensorBoard"),
-        ("-wnpg", a.workers_per_gpu is not None, "GPU sharing"),
-        ("-ppn", a.procs_per_node is not None, "MPI process placement"),
     ]
     for flag, used, what in checks:
         if used:
@@ -378,8 +421,30 @@ def _roles(a: ElSubmitArgs, app_type: str) -> tuple[Role, ...]:
                         "drop -pn or use -t tensorflow-ps")
     if app_type == "standalone" and wn != 1:
         raise SpecError(f"-wn: -t standalone runs exactly one task; use -wn 1 (got {wn})")
-    counts = tfconfig.topology(app_type, pn, wn)
+    ppn = parse_int("-ppn", a.procs_per_node, 1, minimum=1, maximum=MAX["per_container"])
+    counts = tfconfig.topology(app_type, pn, wn * ppn)
     return tuple(Role(name, n, ps if name == "ps" else worker) for name, n in counts if n)
+
+
+def _per_container(a: ElSubmitArgs, app_type: str, gpus: int) -> int:
+    """-ppn (allreduce types: ranks per container) or -wnpg (TF types: workers sharing a
+    container and its GPU); each refused where it has no meaning."""
+    if a.procs_per_node is not None and app_type not in ALLREDUCE:
+        raise SpecError(f"-ppn: applies to -t {' or -t '.join(ALLREDUCE)} (ranks per node), "
+                        f"not -t {app_type}; drop -ppn (for GPU sharing see -wnpg)")
+    if a.workers_per_gpu is not None and app_type not in SHARED_GPU:
+        raise SpecError(f"-wnpg: applies to -t {' or -t '.join(SHARED_GPU)} (workers sharing a "
+                        f"GPU), not -t {app_type}; drop -wnpg (for ranks per node see -ppn)")
+    if a.procs_per_node is not None:
+        return parse_int("-ppn", a.procs_per_node, 1, minimum=1, maximum=MAX["per_container"])
+    k = parse_int("-wnpg", a.workers_per_gpu, 1, minimum=1, maximum=MAX["per_container"])
+    wn = parse_int("-wn", a.worker_num, 1, minimum=1, maximum=MAX["tasks"])
+    if k > 1 and gpus < 1:
+        raise SpecError(f"-wnpg {k}: workers share a container's GPU, so it needs -wg 1 or more")
+    if wn % k:
+        raise SpecError(f"-wnpg {k}: -wn {wn} is not a multiple of it; use -wn {wn - wn % k or k}"
+                        f" or -wn {wn - wn % k + k}")
+    return k
 
 
 def _check_texts(a: ElSubmitArgs) -> None:
@@ -430,6 +495,8 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
     heartbeat = parse_int("--heartbeat-timeout", a.heartbeat_timeout,
                           int(timing.HEARTBEAT_TIMEOUT_S), minimum=5, maximum=MAX["heartbeat_s"])
     return JobSpec(
+        tasks_per_container=_per_container(a, app_type, parse_int(
+            "-wg", a.worker_gpus, 0, maximum=MAX["gpus"])),
         name=a.app_name or "tfyarn",
         app_type=app_type,
         roles=_roles(a, app_type),

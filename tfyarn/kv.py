@@ -24,6 +24,7 @@ PHASE = "phase"  # what the driver is doing now: registering / running / stoppin
 CLIENT = "client"  # put by a watching el_submit; the driver then waits for its ACK
 ACK = "status_ack"  # the client has read STATUS; the AM (and its store) may go
 KILL = "kill"  # reason text; put by a client (Ctrl-C, `tfyarn kill`) to ask the driver to stop
+RANKS = "ranks"  # allreduce jobs: rank table, master and rendezvous, put just before CLUSTER
 
 
 def addr_key(task: Task) -> str:

@@ -1,12 +1,14 @@
-"""One launcher per task (`python -m tfyarn.launcher`), in a YARN container or a local process.
+"""One launcher per container (`python -m tfyarn.launcher`), in YARN or as a local process.
 
-Owns one task's life: reserve a port and register host:port, send heartbeats, wait for
-the driver's cluster spec, run the user command as its own direct child with TF_CONFIG,
-stop it when the driver, a signal or its parent's death says so, contain everything the
-command started (it is the child subreaper, and a watchdog ends the tree if the launcher
-itself is SIGKILLed), and publish the exit record. It exits 0 once the record is out:
-the driver decides the job's outcome (and skein would end the application at once on a
-failed service). Must not decide anything about the job.
+Owns one container's life: for each of its tasks (one, or k with -ppn/-wnpg) reserve a
+port and register host:port, send heartbeats, wait for the driver's cluster spec (and
+rank table for allreduce jobs), run the user command once per task as the launcher's
+own direct child with that task's env (TF_CONFIG or ranks, GPU devices), stop them when
+the driver, a signal or its parent's death says so, contain everything they started
+(it is the child subreaper, and a watchdog ends the tree if the launcher itself is
+SIGKILLed), and publish each task's exit record as soon as it ends. It exits 0 once
+every record is out: the driver decides the job's outcome (and skein would end the
+application at once on a failed service). Must not decide anything about the job.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tfyarn import kv as kvmod
@@ -29,13 +31,21 @@ from tfyarn import proc
 from tfyarn.jobspec import JobSpec
 from tfyarn.policy import stderr_excerpt
 from tfyarn.settings import Settings
-from tfyarn.tfconfig import Task, task_env
+from tfyarn.tfconfig import (
+    Rank,
+    Task,
+    allreduce_env,
+    container_devices,
+    device_env,
+    identity_env,
+    task_env,
+)
 from tfyarn.timing import CLUSTER_WAIT_SLACK_S, HEARTBEAT_S, STOP_POLL_S, STOP_WAIT_S, WAKE_S
 
 TAG_VAR = "TFYARN_TASK_TAG"  # marks every process of one launcher's tree, for the watchdog
 
 
-def log(task: Task, msg: str) -> None:
+def log(task: Task | str, msg: str) -> None:
     with contextlib.suppress(OSError, ValueError):
         print(f"tfyarn: {task}: {msg}", file=sys.stderr, flush=True)
 
@@ -72,7 +82,7 @@ def docker_argv(image: str, command: str, cwd: str, env_keys: Sequence[str], nam
 
 @dataclass
 class StopFlag:
-    """Why the task must stop (None while it may run); set from signals and threads,
+    """Why the tasks must stop (None while they may run); set from signals and threads,
     `wake` cuts every wait short when it is set."""
 
     reason: str | None = None
@@ -98,20 +108,22 @@ def install_signal_handlers(flag: StopFlag) -> None:
         signal.signal(sig, handler)
 
 
-def _daemon(target: object) -> threading.Thread:
+def _daemon(target: Callable[[], object]) -> threading.Thread:
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
     return thread
 
 
-def heartbeat(store: kvmod.KV, task: Task, flag: StopFlag, done: threading.Event) -> None:
-    """Bump the task's beat counter every HEARTBEAT_S until `done`; the driver counts a
+def heartbeat(store: kvmod.KV, tasks: Sequence[Task], flag: StopFlag,
+              done: threading.Event) -> None:
+    """Bump each task's beat counter every HEARTBEAT_S until `done`; the driver counts a
     task whose counter stops moving as lost."""
     n = 0
     while not done.is_set():
         n += 1
         try:
-            store.put(kvmod.beat_key(task), str(n))
+            for task in tasks:
+                store.put(kvmod.beat_key(task), str(n))
         except (kvmod.StoreGone, OSError) as exc:
             flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
             return
@@ -143,54 +155,71 @@ def wait_for_cluster(store: kvmod.KV, flag: StopFlag, deadline: float) -> dict |
     return None
 
 
-def supervise(child: subprocess.Popen, flag: StopFlag, grace: float, keep: set[int]) -> int:
-    """Wait for the user's process; stop the whole tree when told to. Whatever way it
-    ends, nothing the command started outlives this call."""
-    _daemon(lambda: (child.wait(), flag.wake.set()))
-    while True:
+@dataclass
+class Slot:
+    """One task of this container: its reserved port, its process and its output."""
+
+    task: Task
+    index: int  # position in the container: local slot, device slice
+    sock: socket.socket
+    addr: str
+    tag: str
+    child: subprocess.Popen | None = None
+    pumps: tuple[proc.LinePump, ...] = ()
+    rank: int | None = None
+
+
+def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int],
+              report: Callable[[Slot, int], None]) -> None:
+    """Wait for every slot's process, reporting each as it ends (and ending what it left
+    behind); stop every tree when told to. Nothing any of them started outlives this."""
+    running = {s.index: s for s in slots if s.child is not None}
+    for slot in running.values():
+        child = slot.child
+        _daemon(lambda c=child: (c.wait(), flag.wake.set()))
+    while running:
         flag.wake.clear()
-        if child.returncode is not None:
-            break
-        if flag.check():
-            proc.stop_tree(grace, keep, tracked={child.pid})
+        for slot in [s for s in running.values() if s.child.returncode is not None]:
+            del running[slot.index]
+            proc.stop_tagged(TAG_VAR, slot.tag, min(grace, 1.0))  # its daemons
+            report(slot, slot.child.returncode)
+        if running and flag.check():
+            proc.stop_tree(grace, keep, tracked={s.child.pid for s in running.values()})
+            for slot in running.values():
+                report(slot, slot.child.wait())
             break
         flag.wake.wait(WAKE_S)
-    rc = child.wait()
-    proc.stop_tree(min(grace, 1.0), keep)  # what the command left behind (daemons)
+    proc.stop_tree(min(grace, 1.0), keep)
     proc.reap(keep)
-    return rc
 
 
 @dataclass(frozen=True)
 class LaunchArgs:
     job: JobSpec
-    task: Task
+    tasks: tuple[Task, ...]
     store_url: str
+    gpus: str  # "auto" (YARN: ask the container), "none", or a list of device ids
     docker_image: str | None
 
 
 def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
     p = argparse.ArgumentParser(prog="python -m tfyarn.launcher")
     p.add_argument("--job", required=True, help="path of the job JSON")
-    p.add_argument("--task", required=True, help="task name, e.g. worker:1 (never derived)")
+    p.add_argument("--tasks", required=True, help="this container's tasks, e.g. worker:0,"
+                   "worker:1 (never derived)")
     p.add_argument("--kv", required=True, help="dir:/path or skein:")
+    p.add_argument("--gpus", default="auto", help="GPU ids of this container, none, or auto")
     p.add_argument("--docker-image", help="local -m docker: run the command in this image")
     ns = p.parse_args(argv)
     with open(ns.job, encoding="utf-8") as f:
         job = JobSpec.from_json(f.read())
-    return LaunchArgs(job, Task.parse(ns.task), ns.kv, ns.docker_image)
-
-
-def user_argv(a: LaunchArgs, env_keys: Sequence[str], job_id: str) -> list[str]:
-    if a.docker_image:
-        name = f"tfyarn-{job_id}-{a.task.type}-{a.task.index}"
-        return docker_argv(a.docker_image, a.job.command, os.getcwd(), env_keys, name, job_id)
-    return shell_argv(a.job.command)
+    tasks = tuple(Task.parse(t) for t in ns.tasks.split(","))
+    return LaunchArgs(job, tasks, ns.kv, ns.gpus, ns.docker_image)
 
 
 @dataclass
 class Launcher:
-    """One task's launcher: its arguments, store, stop flag and containment tag."""
+    """One container's launcher: its arguments, store, stop flag and containment tag."""
 
     args: LaunchArgs
     settings: Settings
@@ -198,47 +227,108 @@ class Launcher:
     flag: StopFlag
     tag: str
     watchdog: int
+    reported: set[Task] = field(default_factory=set)
 
-    def run(self) -> dict:
-        """Register, wait for the cluster, run the command; returns the exit record."""
-        a = self.args
-        sock = reserve_port()
+    def run(self) -> None:
+        """Register every task, wait for the cluster, run and supervise the processes."""
         host = self.settings.advertise_host or socket.getfqdn()
-        addr = f"{host}:{sock.getsockname()[1]}"
-        self.store.put(kvmod.addr_key(a.task), addr)
-        log(a.task, f"registered at {addr}")
-        record: dict = {"host": host, "addr": addr, "code": None, "stopped": False, "tail": []}
-        deadline = time.monotonic() + a.job.register_timeout_s + CLUSTER_WAIT_SLACK_S
+        slots = []
+        for j, task in enumerate(self.args.tasks):
+            sock = reserve_port()
+            slot = Slot(task, j, sock, f"{host}:{sock.getsockname()[1]}", f"{self.tag}.{j}")
+            self.store.put(kvmod.addr_key(task), slot.addr)
+            log(task, f"registered at {slot.addr}")
+            slots.append(slot)
+        deadline = time.monotonic() + self.args.job.register_timeout_s + CLUSTER_WAIT_SLACK_S
         cluster = wait_for_cluster(self.store, self.flag, deadline)
-        sock.close()
+        for slot in slots:
+            slot.sock.close()
         if cluster is None:
-            return {**record, "stopped": True, "reason": self.flag.reason}
-        return {**record, **self._run_command(cluster)}
+            for slot in slots:
+                self.publish(slot, {"code": None, "stopped": True, "reason": self.flag.reason})
+            return
+        ranks = json.loads(self.store.get(kvmod.RANKS) or "null")
+        devices = self.devices()
+        for slot in slots:
+            self.start(slot, self.task_env(slot, cluster, ranks, devices))
+        supervise(slots, self.flag, self.args.job.stop_grace_s, {self.watchdog}, self.ended)
 
-    def _run_command(self, cluster: dict) -> dict:
-        a = self.args
-        job_id = self.settings.job_id or "unknown"
-        extra = task_env(cluster, a.task, job_id)
-        env = {**os.environ, **dict(a.job.env), **extra, TAG_VAR: self.tag}
-        child = proc.start(user_argv(a, [*dict(a.job.env), *extra], job_id), env,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           parent_death=signal.SIGKILL)
-        self.store.put(kvmod.start_key(a.task), json.dumps({"pid": child.pid,
-                                                            "time": time.time()}))
-        assert child.stdout is not None and child.stderr is not None
-        out = proc.LinePump(child.stdout, getattr(sys.stdout, "buffer", None))  # None: closed
-        err = proc.LinePump(child.stderr, getattr(sys.stderr, "buffer", None))
-        rc = supervise(child, self.flag, a.job.stop_grace_s, {self.watchdog})
-        out.join(timeout=2.0)
-        err.join(timeout=2.0)
-        return {"code": rc, "stopped": self.flag.reason is not None, "reason": self.flag.reason,
-                "tail": list(stderr_excerpt(list(err.tail)))}
+    def devices(self) -> list[str]:
+        if self.args.gpus == "auto":
+            gpus = self.args.job.container_of(self.args.tasks[0]).resources.gpus
+            return container_devices(gpus, os.environ)
+        return [] if self.args.gpus == "none" else self.args.gpus.split(",")
+
+    def task_env(self, slot: Slot, cluster: dict, ranks: dict | None,
+                 devices: list[str]) -> dict[str, str]:
+        job, job_id = self.args.job, self.settings.job_id or "unknown"
+        env = dict(job.env)
+        if ranks is None:
+            env.update(task_env(cluster, slot.task, job_id))
+        else:
+            rank = Rank(**ranks["ranks"][str(slot.task)])
+            slot.rank = rank.rank
+            env.update(identity_env(slot.task, job_id, rank.size))
+            env.update(allreduce_env(rank, ranks["master"], ranks["rendezvous"]))
+        k = len(self.args.tasks)
+        env.update(device_env(devices, k, slot.index, shared=not job.allreduce))
+        return env
+
+    def start(self, slot: Slot, task_env: dict[str, str]) -> None:
+        a, job_id = self.args, self.settings.job_id or "unknown"
+        env = {**os.environ, **task_env, TAG_VAR: slot.tag}
+        if a.docker_image:
+            name = f"tfyarn-{job_id}-{slot.task.type}-{slot.task.index}"
+            argv = docker_argv(a.docker_image, a.job.command, os.getcwd(), list(task_env), name,
+                               job_id)
+        else:
+            argv = shell_argv(a.job.command)
+        slot.child = proc.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                parent_death=signal.SIGKILL)
+        self.store.put(kvmod.start_key(slot.task), json.dumps({"pid": slot.child.pid,
+                                                               "time": time.time()}))
+        prefix = f"[{slot.task}] ".encode() if len(a.tasks) > 1 else b""
+        assert slot.child.stdout is not None and slot.child.stderr is not None
+        slot.pumps = (proc.LinePump(slot.child.stdout, getattr(sys.stdout, "buffer", None),
+                                    prefix=prefix),
+                      proc.LinePump(slot.child.stderr, getattr(sys.stderr, "buffer", None),
+                                    prefix=prefix))
+
+    def ended(self, slot: Slot, code: int) -> None:
+        for pump in slot.pumps:
+            pump.join(timeout=2.0)
+        tail = list(stderr_excerpt(list(slot.pumps[1].tail))) if slot.pumps else []
+        self.publish(slot, {"code": code, "stopped": self.flag.reason is not None,
+                            "reason": self.flag.reason, "tail": tail})
+
+    def publish(self, slot: Slot, record: dict) -> None:
+        """The task's exit record, once: the driver's input, sent as soon as it is known."""
+        host = slot.addr.rsplit(":", 1)[0]
+        full = {"host": host, "addr": slot.addr, "tail": [], **record, "time": time.time()}
+        if slot.rank is not None:
+            full["rank"] = slot.rank
+        try:
+            self.store.put(kvmod.exit_key(slot.task), json.dumps(full))
+        except (kvmod.StoreGone, OSError) as exc:
+            log(slot.task, f"could not report the exit ({exc}); the driver will see it as lost")
+        self.reported.add(slot.task)
+        log(slot.task, f"exit code {full['code']}" + (" (stopped)" if full["stopped"] else ""))
+
+    def report_error(self, exc: BaseException) -> None:
+        """A broken launcher still tells the driver why, for every task not yet reported."""
+        for task in self.args.tasks:
+            if task not in self.reported:
+                log(task, f"launcher error: {exc!r}")
+                slot = Slot(task, 0, socket.socket(), "-:0", "")
+                slot.sock.close()
+                self.publish(slot, {"code": 1, "stopped": False,
+                                    "tail": [f"tfyarn launcher error: {exc!r}"]})
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     tag = os.urandom(12).hex()
-    watchdog = proc.start_watchdog(TAG_VAR, tag)  # before any thread exists
+    watchdog = proc.start_watchdog(TAG_VAR, f"{tag}.")  # before any thread exists
     proc.set_subreaper()
     flag = StopFlag()
     install_signal_handlers(flag)
@@ -247,20 +337,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     done = threading.Event()
     launcher = Launcher(args, settings, store, flag, tag, watchdog)
     try:
-        _daemon(lambda: heartbeat(store, args.task, flag, done))
+        _daemon(lambda: heartbeat(store, args.tasks, flag, done))
         _daemon(lambda: watch_stop(store, flag, done))
-        record = launcher.run()
-    except Exception as exc:  # a broken launcher must still tell the driver why
+        launcher.run()
+    except Exception as exc:
         proc.stop_tree(0.0, {watchdog})
-        record = {"code": 1, "stopped": False, "tail": [f"tfyarn launcher error: {exc!r}"]}
-        log(args.task, f"launcher error: {exc!r}")
+        launcher.report_error(exc)
     done.set()
-    record["time"] = time.time()
-    try:
-        store.put(kvmod.exit_key(args.task), json.dumps(record))
-    except (kvmod.StoreGone, OSError) as exc:
-        log(args.task, f"could not report the exit ({exc}); the driver will see it as lost")
-    log(args.task, f"exit code {record['code']}" + (" (stopped)" if record["stopped"] else ""))
     return 0
 
 

@@ -31,7 +31,7 @@ from tfyarn import kv as kvmod
 from tfyarn import proc
 from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError
 from tfyarn.interrupts import Interrupts
-from tfyarn.jobspec import JobSpec
+from tfyarn.jobspec import Container, JobSpec
 from tfyarn.policy import EXIT_TFYARN, Outcome, elapsed_words, exit_code, plural
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task
@@ -87,6 +87,24 @@ def temp_root(settings: Settings) -> str:
                              "set TMPDIR to a writable directory (e.g. export TMPDIR=/tmp)")
 
 
+def assign_gpus(spec: JobSpec, have: int) -> dict[str, str]:
+    """Container name -> its GPU ids ("0,1") or "none": disjoint ranges of this machine's
+    GPUs, in container order; if the job asks for more than there are, every container
+    runs on CPU (with a warning), as a job that cannot have its GPUs should not half-run."""
+    need = sum(c.resources.gpus for c in spec.containers())
+    if need > have:
+        if need:
+            say(f"warning: the job asks for {need} GPUs (-wg per container) and this machine "
+                f"has {have}; running every task on CPU")
+        return {c.name: "none" for c in spec.containers()}
+    out, start = {}, 0
+    for c in spec.containers():
+        n = c.resources.gpus
+        out[c.name] = ",".join(str(i) for i in range(start, start + n)) or "none"
+        start += n
+    return out
+
+
 def preflight(spec: JobSpec, settings: Settings) -> tuple[str, filesmod.Inventory]:
     """Everything that can refuse the job before a single process starts; returns the
     temp root and what -f ships."""
@@ -99,11 +117,6 @@ def preflight(spec: JobSpec, settings: Settings) -> tuple[str, filesmod.Inventor
     if spec.runtime.mode == "virtual-env" and "://" in (spec.runtime.arg or ""):
         raise SpecError("-m_arg: --local needs a local archive path, not a remote URL")
     inv = filesmod.inventory(spec.files, spec.yarn.max_upload_mb, skip=[root])
-    gpus = max((r.resources.gpus for r in spec.roles), default=0)
-    have = count_gpus()
-    if gpus and have < sum(r.resources.gpus * r.instances for r in spec.roles):
-        say(f"warning: -wg {gpus} asks for GPUs this machine does not have ({have}); "
-            "running on CPU")
     return root, inv
 
 
@@ -145,8 +158,8 @@ class JobDir:
     def shared_files(self) -> str:
         return os.path.join(self.root, "files")
 
-    def task_dir(self, task: Task) -> str:
-        return os.path.join(self.root, "tasks", f"{task.type}_{task.index}")
+    def task_dir(self, container: Container) -> str:
+        return os.path.join(self.root, "tasks", container.name)
 
     def log_path(self, label: str) -> str:
         return os.path.join(self.root, "logs", f"{label.replace(':', '_')}.log")
@@ -181,9 +194,9 @@ def prepare(spec: JobSpec, root: str, inv: filesmod.Inventory, job_id: str) -> t
 def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory) -> str:
     os.makedirs(os.path.join(jd.root, "logs"))
     filesmod.copy_into(inv, jd.shared_files)
-    for task in spec.tasks():
-        os.makedirs(jd.task_dir(task))
-        filesmod.link_into(inv, jd.shared_files, jd.task_dir(task))
+    for container in spec.containers():
+        os.makedirs(jd.task_dir(container))
+        filesmod.link_into(inv, jd.shared_files, jd.task_dir(container))
     with open(jd.job_json, "w", encoding="utf-8") as f:
         f.write(spec.to_json())
     if spec.runtime.mode == "virtual-env":
@@ -196,24 +209,26 @@ def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory) -> str:
 
 @dataclass
 class Procs:
-    """What this client started: the driver, the launchers (by task) and the log view."""
+    """What this client started: the driver, the launchers (by container) and the log
+    view."""
 
     jd: JobDir
     follower: proc.Follower
     driver: subprocess.Popen | None = None
-    launchers: dict[Task, subprocess.Popen] = field(default_factory=dict)
+    launchers: dict[Container, subprocess.Popen] = field(default_factory=dict)
 
     def all(self) -> list[subprocess.Popen]:
         return [p for p in (self.driver, *self.launchers.values()) if p is not None]
 
-    def spawn(self, label: str, argv: list[str], cwd: str, env: dict[str, str]) -> subprocess.Popen:
+    def spawn(self, label: str, prefix: str, argv: list[str], cwd: str,
+              env: dict[str, str]) -> subprocess.Popen:
         """One process in its own session (the terminal's Ctrl-C and hang-up reach only
         the client), logging to its own file, told by SIGTERM if the client dies."""
         path = self.jd.log_path(label)
         with open(path, "ab") as log:
             p = proc.start(argv, env, cwd=cwd, stdout=log, stderr=log, new_session=True,
                            parent_death=signal.SIGTERM)
-        self.follower.add(path, "" if label == "driver" else f"[{label}] ")
+        self.follower.add(path, prefix)
         return p
 
 
@@ -225,19 +240,25 @@ def base_env(settings: Settings, job_id: str, path_prefix: str) -> dict[str, str
     return env
 
 
-def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts) -> None:
-    """Driver first, then one launcher per task; stops spawning as soon as a signal came."""
+def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
+              gpus: dict[str, str]) -> None:
+    """Driver first, then one launcher per container; stops spawning as soon as a signal
+    came. A one-task container's lines are prefixed `[task] ` here; a launcher of several
+    prefixes each process's lines itself."""
     jd, py = procs.jd, sys.executable
     try:
-        procs.driver = procs.spawn("driver", [py, "-m", "tfyarn.driver", "--job", jd.job_json,
-                                              "--kv", jd.kv_url], jd.root, env)
+        procs.driver = procs.spawn("driver", "", [py, "-m", "tfyarn.driver", "--job",
+                                                  jd.job_json, "--kv", jd.kv_url], jd.root, env)
         docker = ["--docker-image", spec.runtime.arg or ""] if spec.runtime.mode == "docker" else []
-        for t in spec.tasks():
+        for c in spec.containers():
             if interrupts.count:
                 return
-            procs.launchers[t] = procs.spawn(
-                str(t), [py, "-m", "tfyarn.launcher", "--job", jd.job_json, "--task", str(t),
-                         "--kv", jd.kv_url, *docker], jd.task_dir(t), env)
+            tasks = ",".join(str(t) for t in c.tasks)
+            prefix = f"[{c.tasks[0]}] " if len(c.tasks) == 1 else ""
+            procs.launchers[c] = procs.spawn(
+                c.name, prefix, [py, "-m", "tfyarn.launcher", "--job", jd.job_json, "--tasks",
+                                 tasks, "--kv", jd.kv_url, "--gpus", gpus[c.name], *docker],
+                jd.task_dir(c), env)
     except OSError as exc:
         raise EnvironmentMissing(
             f"could not start the job's processes after {len(procs.all())} of "
@@ -313,6 +334,8 @@ class LocalJob:
         """Run the job to its end; returns the outcome, raises JobFailed when it did not
         succeed (with the exit code of the ending)."""
         root, inv = preflight(self.spec, self.settings)
+        gpus = assign_gpus(self.spec, self.settings.gpu_count if self.settings.gpu_count
+                           is not None else count_gpus())
         jd, prefix = prepare(self.spec, root, inv, self.job_id)
         with self.interrupts.deferred():
             emit_id(self.job_id)
@@ -321,7 +344,7 @@ class LocalJob:
             procs = Procs(jd, proc.Follower(terminal, FOLLOW_S).start())
             try:
                 start_all(self.spec, procs, base_env(self.settings, self.job_id, prefix),
-                          self.interrupts)
+                          self.interrupts, gpus)
                 self._watch(procs)
             finally:
                 wait_procs(reported(procs), STOP_REPORT_S, cut=lambda: self.interrupts.count >= 2)
@@ -373,7 +396,7 @@ class LocalJob:
                             f"{jd.log_path('driver')}", EXIT_TFYARN)
         outcome = Outcome.from_json(raw)
         if outcome.state != "SUCCEEDED":
-            raise JobFailed(failure_message(self.job_id, outcome, jd, took),
+            raise JobFailed(failure_message(self.spec, self.job_id, outcome, jd, took),
                             exit_code(outcome.state))
         if self.settings.keep_job_dir:
             say(f"logs kept (TFYARN_KEEP_JOB_DIR): {jd.root}/logs")
@@ -387,7 +410,8 @@ def reported(procs: Procs) -> list[subprocess.Popen]:
     """Launchers that published their exit record, so are about to exit by themselves;
     the others (frozen, or never told) are killed without waiting."""
     store = kvmod.open_kv(procs.jd.kv_url)
-    return [p for t, p in procs.launchers.items() if store.get(kvmod.exit_key(t)) is not None]
+    return [p for c, p in procs.launchers.items()
+            if all(store.get(kvmod.exit_key(t)) is not None for t in c.tasks)]
 
 
 def describe_rc(p: subprocess.Popen) -> str:
@@ -399,18 +423,24 @@ def describe_rc(p: subprocess.Popen) -> str:
 def report_dead_launchers(procs: Procs, store: kvmod.KV) -> None:
     """A launcher process that ended without an exit record died (SIGKILL, OOM killer):
     tell the driver now rather than after the heartbeat timeout."""
-    for task, p in procs.launchers.items():
-        if p.poll() is None or store.get(kvmod.exit_key(task)) is not None:
+    for container, p in procs.launchers.items():
+        if p.poll() is None:
             continue
-        if store.get(kvmod.lost_key(task)) is None:
-            store.put(kvmod.lost_key(task), json.dumps({
-                "code": None, "lost": True, "time": time.time(),
-                "reason": f"its launcher process died ({describe_rc(p)}) before reporting"}))
+        for task in container.tasks:
+            if store.get(kvmod.exit_key(task)) is None and store.get(kvmod.lost_key(task)) is None:
+                store.put(kvmod.lost_key(task), json.dumps({
+                    "code": None, "lost": True, "time": time.time(),
+                    "reason": f"its launcher process died ({describe_rc(p)}) before reporting"}))
 
 
-def failure_message(job_id: str, outcome: Outcome, jd: JobDir, took: str) -> str:
+def task_log(spec: JobSpec, jd: JobDir, task: str) -> str:
+    """The log file holding a task's output: its container's."""
+    return jd.log_path(spec.container_of(Task.parse(task)).name)
+
+
+def failure_message(spec: JobSpec, job_id: str, outcome: Outcome, jd: JobDir, took: str) -> str:
     lines = outcome.describe(f"job {job_id}")
     lines[0] += f" (after {took})"
-    where = jd.log_path(outcome.task) if outcome.task else os.path.join(jd.root, "logs")
+    where = task_log(spec, jd, outcome.task) if outcome.task else os.path.join(jd.root, "logs")
     lines.append(f"full log: less {where}")
     return "\n".join(lines)

@@ -98,6 +98,8 @@ def signal_of(code: int | None) -> signal.Signals | None:
 def describe_exit(task: Task | str, rec: Mapping) -> str:
     """`worker:1 exited with code 3`, `... was killed by SIGKILL`, `... launcher lost (...)`."""
     code = rec.get("code")
+    if rec.get("rank") is not None:
+        task = f"{task} (rank {rec['rank']})"
     if rec.get("lost"):
         return f"{task}: launcher lost ({rec.get('reason')})"
     if rec.get("stopped"):

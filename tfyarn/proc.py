@@ -145,9 +145,10 @@ def kill_rounds(find: Callable[[], list[int]], between: Callable[[], None] = lam
 # ---------------------------------------------------------------- tagged processes
 
 
-def tagged(var: str, value: str) -> list[int]:
-    """Every live process whose environment has `var=value` (how a tree is found once
-    its supervisor is gone and its members were re-parented to init)."""
+def tagged(var: str, value: str, prefix: bool = False) -> list[int]:
+    """Every live process whose environment has `var=value` (or, with `prefix`, a value
+    starting with it): how a tree is found once its supervisor is gone and its members
+    were re-parented to init."""
     needle = f"{var}={value}".encode()
     pids = []
     for name in os.listdir("/proc"):
@@ -155,17 +156,29 @@ def tagged(var: str, value: str) -> list[int]:
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as f:
-                if needle in f.read().split(b"\0"):
-                    pids.append(int(name))
+                entries = f.read().split(b"\0")
         except OSError:
             continue
+        if needle in entries or (prefix and any(e.startswith(needle) for e in entries)):
+            pids.append(int(name))
     return pids
+
+
+def stop_tagged(var: str, value: str, grace: float) -> None:
+    """SIGTERM the processes tagged `var=value`, then SIGKILL what is left after `grace`
+    (what one of several processes of a container left behind when it ended)."""
+    signal_all(tagged(var, value), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while tagged(var, value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    kill_rounds(lambda: tagged(var, value))
 
 
 def start_watchdog(var: str, value: str) -> int:
     """Fork a watchdog in its own session that, once this process is gone however it went
-    (SIGKILL included: the kernel closes our end of a pipe), kills every process tagged
-    `var=value`. Call first thing, before any thread exists. Returns the watchdog's pid."""
+    (SIGKILL included: the kernel closes our end of a pipe), kills every process whose
+    `var` starts with `value`. Call first thing, before any thread exists. Returns the
+    watchdog's pid."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the watchdog: outside our process group, so a group kill misses it
@@ -178,7 +191,7 @@ def start_watchdog(var: str, value: str) -> int:
                 signal.signal(sig, signal.SIG_IGN)
             while os.read(r, 64):
                 pass
-            n = kill_rounds(lambda: tagged(var, value))
+            n = kill_rounds(lambda: tagged(var, value, prefix=True))
             if n:
                 os.write(2, f"tfyarn: watchdog: killed {n} processes left behind\n".encode())
         finally:
@@ -219,9 +232,11 @@ class LinePump:
     line without a newline gets one, so the next writer starts a line of its own.
     """
 
-    def __init__(self, stream: IO[bytes], sink: IO[bytes] | None, keep: int = TAIL_KEEP) -> None:
+    def __init__(self, stream: IO[bytes], sink: IO[bytes] | None, keep: int = TAIL_KEEP,
+                 prefix: bytes = b"") -> None:
         self.stream = stream
         self.sink = Sink(sink)
+        self.prefix = prefix  # each line's, when several processes share one log
         self.tail: collections.deque[str] = collections.deque(maxlen=keep)
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -229,7 +244,7 @@ class LinePump:
     def _run(self) -> None:
         partial = False
         for chunk in iter(lambda: self.stream.readline(CHUNK), b""):
-            self.sink.write(chunk)
+            self.sink.write(chunk if partial else self.prefix + chunk)
             if not partial:
                 self.tail.append(cut_line(chunk.decode("utf-8", "replace")))
             partial = not chunk.endswith(b"\n")

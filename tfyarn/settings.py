@@ -22,6 +22,7 @@ class Settings:
     conf_file: str | None = None
     home: str = "~"
     user: str = "tfyarn"
+    gpu_count: int | None = None  # local mode: GPUs to assume (TFYARN_GPU_COUNT), else count
 
     def conf_files(self) -> tuple[str, ...]:
         """Where site defaults (conf/tfyarn.yaml) are looked for, first found wins."""
@@ -43,6 +44,8 @@ class Settings:
             conf_file=e.get("TFYARN_CONF"),
             home=e.get("HOME", "~"),
             user=e.get("USER") or e.get("LOGNAME") or "tfyarn",
+            gpu_count=int(e["TFYARN_GPU_COUNT"]) if e.get("TFYARN_GPU_COUNT", "").isdigit()
+            else None,
         )
 
     def conf_dir(self, given: str | None = None) -> str | None:

@@ -370,7 +370,7 @@ class Watcher:
             store.put(kvmod.ACK, "1")
 
     def _print_log_url(self, store: kvmod.SkeinKV, task: str) -> None:
-        name = appspec.service_name(Task.parse(task))
+        name = appspec.service_name(Task.parse(task), self.spec)
         try:
             containers = store.app.get_containers(services=[name])
         except Exception:
@@ -496,13 +496,15 @@ def _live_log_urls(client: Any, app_id: str, task: str | None) -> int:
     store = app_store(client, app_id)
     if store is None:
         raise TfYarnError(f"{app_id} is not running yet; try again: tfyarn logs {app_id}")
-    services = [appspec.service_name(Task.parse(task))] if task else None
     print(f"{app_id} is running; container logs:")
     try:
-        containers = store.app.get_containers(services=services)
+        containers = store.app.get_containers()
     except Exception as exc:  # the AM ended between the report and this call
         raise TfYarnError(f"{app_id} ended just now ({exc}); try again: tfyarn logs "
                           f"{app_id}") from None
+    if task:  # its own container, else (-ppn/-wnpg packing) every container: one has it
+        own = [c for c in containers if c.service_name == appspec.service_name(Task.parse(task))]
+        containers = own or containers
     for c in containers:
         print(f"  {c.service_name:<12} {log_url(c)}")
     return 0
