@@ -256,3 +256,59 @@ def test_failure_message_shows_the_traceback(el_submit):
     assert out.returncode == 1
     assert "last stderr lines of worker:0:\n  Traceback (most recent call last):" in out.stderr
     assert "KeyError: 'k'" in out.stderr
+
+
+# ---------------------------------------------------------------- allreduce and packing (#7)
+
+RANK_SEE = ("import json, os; print('RANKSEE ' + json.dumps({k: os.environ.get(k) for k in "
+            "('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'MASTER_ADDR', 'HOROVOD_RANK', "
+            "'HOROVOD_LOCAL_RANK', 'HOROVOD_GLOO_RENDEZVOUS_ADDR', 'CUDA_VISIBLE_DEVICES')}))")
+
+
+def _rank_dumps(app_id: str) -> list[dict]:
+    text = aggregated_logs(app_id)
+    return [json.loads(x.split("RANKSEE ", 1)[1]) for x in text.splitlines() if "RANKSEE " in x]
+
+
+def test_tensorflow_mpi_ranks_on_yarn(el_submit):
+    out, app_id = el_submit("-t", "tensorflow-mpi", "-wn", "2", "-ppn", "2", *SMALL,
+                            "-c", py(RANK_SEE))
+    assert out.returncode == 0, out.stderr
+    dumps = _rank_dumps(app_id)
+    assert sorted(int(d["RANK"]) for d in dumps) == [0, 1, 2, 3]
+    assert {d["WORLD_SIZE"] for d in dumps} == {"4"}
+    assert all(d["HOROVOD_RANK"] == d["RANK"] and d["HOROVOD_GLOO_RENDEZVOUS_ADDR"]
+               for d in dumps)
+    assert {d["CUDA_VISIBLE_DEVICES"] for d in dumps} == {""}  # -wg 0: CPU
+
+
+def test_horovod_allreduce_on_yarn(el_submit):
+    pytest.importorskip("horovod.torch")
+    code = ("import horovod.torch as hvd, torch; hvd.init(); "
+            "t = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum); "
+            "print(f'HVD rank={hvd.rank()} size={hvd.size()} sum={t.item():g}')")
+    out, app_id = el_submit("-t", "tensorflow-mpi", "-wn", "2", "-ppn", "2", *SMALL,
+                            "-c", py(code))
+    assert out.returncode == 0, out.stderr
+    got = sorted(x.split("HVD ", 1)[1] for x in aggregated_logs(app_id).splitlines()
+                 if x.startswith("HVD ") or "] HVD " in x or " HVD " in x)
+    assert got == [f"rank={r} size=4 sum=10" for r in range(4)]
+
+
+def test_pytorch_ddp_on_yarn(el_submit, tmp_path):
+    shutil.copy(REPO / "examples" / "pytorch" / "ddp.py", tmp_path)
+    out, app_id = el_submit("-t", "pytorch", "-wn", "2", *SMALL, "-f", "ddp.py",
+                            "-c", "python", "ddp.py", "--steps", "10", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = aggregated_logs(app_id)
+    assert len(re.findall(r"rank=\d size=2 local_rank=\d allreduced=3", text)) == 2
+    assert len(set(re.findall(r"checksum=(\S+)", text))) == 1
+
+
+def test_a_failing_rank_on_yarn_names_it(el_submit):
+    cmd = 'if [ "$RANK" = 2 ]; then exit 9; fi; sleep 600'
+    out, app_id = el_submit("-t", "tensorflow-mpi", "-wn", "2", "-ppn", "2", *SMALL, "-c", cmd,
+                            timeout=600)
+    assert out.returncode == 1 and "(rank 2) exited with code 9" in out.stderr, out.stderr
+    assert final_state(app_id).endswith("/FAILED")
+

@@ -10,6 +10,9 @@
   client) while 32 local tasks sleep, over a 10 s window (anchor: 0 for bare sleeps);
 - staging_20k_files_s: local launch of 4 tasks with `-f` of 20,000 small files, and
   staging_ratio: that over the same launch without -f (one copy, hard links per task);
+- with --allreduce: allreduce bandwidth (scripts/allreduce_workload.py, 2 ranks, 16 MB
+  sums) started through tfyarn (-t pytorch, -t tensorflow-mpi for Horovod) against the
+  same ranks started by torchrun / horovodrun here, and their ratios (target >= 0.95);
 - with --app APP and HADOOP_CONF_DIR set: status_s (`tfyarn status APP`) against
   yarn_cli_status_s (`yarn application -status APP`) measured side by side, and their
   ratio (target <= 0.5).
@@ -145,6 +148,47 @@ def status_times(app: str, repeat: int) -> tuple[float, float]:
     return statistics.median(ours), statistics.median(theirs)
 
 
+WORKLOAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "allreduce_workload.py")
+
+
+def _gbps(text: str) -> float:
+    return float(next(line.rsplit(" ", 1)[1] for line in text.splitlines()
+                      if "ALLREDUCE_GBPS" in line))
+
+
+def allreduce_gbps(launcher: str, mode: str) -> float:
+    """Bandwidth of the workload with 2 ranks, started by tfyarn or by the anchor."""
+    bindir = os.path.dirname(sys.executable)
+    if launcher == "tfyarn":
+        app = "pytorch" if mode == "torch" else "tensorflow-mpi"
+        argv = [sys.executable, "-m", "tfyarn.cli", "-t", app, "-wn", "1", "-ppn", "2",
+                "--local", "-c", sys.executable, WORKLOAD, mode]
+    elif mode == "torch":
+        argv = [os.path.join(bindir, "torchrun"), "--standalone", "--nproc_per_node", "2",
+                WORKLOAD, mode]
+    else:
+        argv = [os.path.join(bindir, "horovodrun"), "--gloo", "-np", "2", "-H", "localhost:2",
+                sys.executable, WORKLOAD, mode]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} exited {out.returncode}:\n{out.stderr[-3000:]}")
+    return _gbps(out.stdout + out.stderr)
+
+
+def allreduce_ratios(repeat: int) -> dict[str, float]:
+    """Alternating runs, so both launchers see the same machine state."""
+    out = {}
+    for mode, anchor in (("torch", "torchrun"), ("horovod", "horovodrun")):
+        ours, theirs = [], []
+        for _ in range(repeat):
+            ours.append(allreduce_gbps("tfyarn", mode))
+            theirs.append(allreduce_gbps(anchor, mode))
+        out[f"{mode}_tfyarn_gbps"] = round(statistics.median(ours), 3)
+        out[f"{mode}_{anchor}_gbps"] = round(statistics.median(theirs), 3)
+        out[f"{mode}_ratio"] = round(statistics.median(ours) / statistics.median(theirs), 3)
+    return out
+
+
 def median_of(fn, repeat: int) -> float:
     runs = []
     for _ in range(repeat):
@@ -157,6 +201,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--app", help="a YARN application id, for the status comparison")
+    p.add_argument("--allreduce", action="store_true", help="also time allreduce bandwidth "
+                   "(needs torch and Horovod: scripts/build-horovod)")
     ns = p.parse_args()
     n = ns.repeat
     help_s = statistics.median(help_time() for _ in range(n))
@@ -169,6 +215,9 @@ def main() -> None:
            "staging_20k_files_s": round(staged, 3), "no_files_s": round(plain, 3),
            "staging_ratio": round(staged / plain, 2),
            "targets": {"help_s": 0.15, "overhead_s": 0.5, "status_ratio": 0.5}, "repeat": n}
+    if ns.allreduce:
+        out.update(allreduce_ratios(n))
+        out["targets"]["allreduce_ratio"] = 0.95
     if ns.app and os.environ.get("HADOOP_CONF_DIR"):
         ours, theirs = status_times(ns.app, n)
         out.update(status_s=round(ours, 3), yarn_cli_status_s=round(theirs, 3),

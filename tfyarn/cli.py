@@ -22,7 +22,7 @@ from tfyarn.policy import EXIT_BAD_INPUT
 # (flag, field of ElSubmitArgs, metavar, help) — el_submit's own single-dash options.
 EL_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("-t", "app_type", "TYPE", "tensorflow-ps | tensorflow-worker | tensorflow-mpi | standalone "
-     "(default tensorflow-ps)"),
+     "| pytorch (default tensorflow-ps)"),
     ("-a", "app_name", "NAME", "application name (default tfyarn)"),
     ("-m", "mode", "MODE", "local | virtual-env (virtualenv) | docker (default local)"),
     ("-m_arg", "mode_arg", "ARG", "virtual-env: packed env .tar.gz (local path or hdfs://); "
@@ -43,8 +43,10 @@ EL_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("-wc", "worker_cores", "N", "vcores per worker (default 1)"),
     ("-wg", "worker_gpus", "N", "GPUs per worker (default 0)"),
     ("-wm", "worker_memory", "MB", "memory per worker in MB, or 2g / 512m (default 1024)"),
-    ("-wnpg", "workers_per_gpu", "N", "workers sharing one GPU (not supported yet)"),
-    ("-ppn", "procs_per_node", "N", "processes per node, tensorflow-mpi (not supported yet)"),
+    ("-wnpg", "workers_per_gpu", "N", "tensorflow-ps/-worker: workers per container, sharing "
+     "its GPU"),
+    ("-ppn", "procs_per_node", "N", "tensorflow-mpi/pytorch: ranks per container (world size "
+     "= wn x ppn)"),
     ("-wait_time", "wait_time", "MIN", "minutes to wait for every task to start (default 10)"),
 )
 # tfyarn's extensions: double-dash, so they never collide with el_submit's spelling.
