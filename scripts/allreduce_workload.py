@@ -26,6 +26,7 @@ def main() -> None:
 
         dist.init_process_group("gloo", init_method="env://")
         rank, reduce, barrier = dist.get_rank(), dist.all_reduce, dist.barrier
+        shutdown = dist.destroy_process_group  # gloo threads left running abort at exit
     else:
         import horovod.torch as hvd
 
@@ -38,6 +39,8 @@ def main() -> None:
         def barrier() -> None:
             hvd.allreduce(torch.zeros(1), name="barrier")
 
+        shutdown = hvd.shutdown
+
     for _ in range(WARMUP):
         reduce(t)
     barrier()
@@ -48,6 +51,7 @@ def main() -> None:
     took = time.perf_counter() - start
     if rank == 0:
         print(f"ALLREDUCE_GBPS {ELEMENTS * 4 * ITERS / took / 1e9:.4f}", flush=True)
+    shutdown()
 
 
 if __name__ == "__main__":

@@ -62,6 +62,14 @@ def test_allreduce_env_for_torch_and_horovod():
         ("1", "2", "1")
 
 
+def test_ranks_share_the_containers_vcores():
+    from tfyarn.tfconfig import thread_env
+
+    assert thread_env(8, 2, {}) == {"OMP_NUM_THREADS": "4"}
+    assert thread_env(1, 2, {}) == {"OMP_NUM_THREADS": "1"}
+    assert thread_env(8, 2, {"OMP_NUM_THREADS": "3"}) == {}  # the user's choice wins
+
+
 def test_device_placement():
     assert device_env([], 1, 0, shared=False) == {"CUDA_VISIBLE_DEVICES": ""}  # ps, -wg 0
     assert device_env(["3"], 1, 0, shared=False) == {"CUDA_VISIBLE_DEVICES": "3"}

@@ -26,20 +26,24 @@ TASK = Task("worker", 0)
 class Container:
     """A launcher in its own session (as YARN starts a container), with its own store."""
 
-    def __init__(self, tmp_path, command: str) -> None:
+    def __init__(self, tmp_path, command: str, processes: int = 1) -> None:
         self.job_id = f"test_{uuid.uuid4().hex[:8]}"
-        spec = JobSpec("t", "standalone", (Role("worker", 1, Resources(1024, 1)),), command)
+        app = "standalone" if processes == 1 else "tensorflow-worker"
+        spec = JobSpec("t", app, (Role("worker", processes, Resources(1024, 1)),), command,
+                       tasks_per_container=processes)
+        self.tasks = spec.tasks()
         (tmp_path / "job.json").write_text(spec.to_json())
         self.store = kvmod.DirKV(str(tmp_path / "kv"))
         env = {**os.environ, "TFYARN_JOB_ID": self.job_id, "TFYARN_ADVERTISE_HOST": "127.0.0.1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tfyarn.launcher", "--job", str(tmp_path / "job.json"),
-             "--tasks", str(TASK), "--kv", f"dir:{tmp_path / 'kv'}", "--gpus", "none"],
+             "--tasks", ",".join(map(str, self.tasks)), "--kv", f"dir:{tmp_path / 'kv'}",
+             "--gpus", "none"],
             cwd=tmp_path, env=env, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        addr = self.store.wait(kvmod.addr_key(TASK), timeout=30)
-        assert addr, "the launcher never registered"
-        self.store.put(kvmod.CLUSTER, json.dumps({"worker": [addr]}))
+        addrs = [self.store.wait(kvmod.addr_key(t), timeout=30) for t in self.tasks]
+        assert all(addrs), "the launcher never registered"
+        self.store.put(kvmod.CLUSTER, json.dumps({"worker": addrs}))
 
     def user_processes(self) -> list[str]:
         return [p for p in job_processes(self.job_id) if "tfyarn" not in p]
@@ -50,8 +54,8 @@ class Container:
             assert time.monotonic() < deadline, self.user_processes()
             time.sleep(0.05)
 
-    def exit_record(self) -> dict:
-        raw = self.store.wait(kvmod.exit_key(TASK), timeout=30)
+    def exit_record(self, task: Task = TASK) -> dict:
+        raw = self.store.wait(kvmod.exit_key(task), timeout=30)
         assert raw, "no exit record"
         return json.loads(raw)
 
@@ -142,4 +146,28 @@ def test_orphaned_daemons_are_reparented_to_the_launcher(tmp_path):
         assert int(f.read().rsplit(")", 1)[1].split()[1]) == c.proc.pid
     c.store.put(kvmod.STOP, "done")
     c.exit_record()
+    assert gone(c.job_id), job_processes(c.job_id)
+
+
+
+def test_one_of_two_processes_ends_and_only_its_daemon_goes(tmp_path):
+    c = Container(tmp_path, 'if [ "$TFYARN_TASK_INDEX" = 0 ]; then setsid sleep 301 & exit 0; '
+                  'fi; sleep 300', processes=2)
+    assert c.exit_record(Task("worker", 0))["code"] == 0  # reported while worker:1 runs
+    deadline = time.monotonic() + 10
+    while any("sleep 301" in p for p in c.user_processes()):
+        assert time.monotonic() < deadline, c.user_processes()
+        time.sleep(0.05)
+    assert any("sleep 300" in p for p in c.user_processes())  # the other one is untouched
+    c.store.put(kvmod.STOP, "done")
+    assert c.exit_record(Task("worker", 1))["stopped"]
+    assert c.proc.wait(timeout=30) == 0
+    assert gone(c.job_id), job_processes(c.job_id)
+
+
+def test_sigkill_of_a_launcher_with_two_processes_leaves_nothing(tmp_path):
+    c = Container(tmp_path, DAEMON_AND_STUBBORN, processes=2)
+    c.wait_user(6)  # two tasks: bash, daemon and sleep each
+    c.proc.kill()
+    c.proc.wait()
     assert gone(c.job_id), job_processes(c.job_id)

@@ -39,6 +39,7 @@ from tfyarn.tfconfig import (
     device_env,
     identity_env,
     task_env,
+    thread_env,
 )
 from tfyarn.timing import CLUSTER_WAIT_SLACK_S, HEARTBEAT_S, STOP_POLL_S, STOP_WAIT_S, WAKE_S
 
@@ -270,6 +271,8 @@ class Launcher:
             slot.rank = rank.rank
             env.update(identity_env(slot.task, job_id, rank.size))
             env.update(allreduce_env(rank, ranks["master"], ranks["rendezvous"]))
+            vcores = job.container_of(slot.task).resources.vcores
+            env.update(thread_env(vcores, len(self.args.tasks), {**os.environ, **env}))
         k = len(self.args.tasks)
         env.update(device_env(devices, k, slot.index, shared=not job.allreduce))
         return env

@@ -129,6 +129,15 @@ def allreduce_env(rank: Rank, master: str, rendezvous: str | None) -> dict[str, 
     return env
 
 
+def thread_env(vcores: int, k: int, env: Mapping[str, str]) -> dict[str, str]:
+    """OMP_NUM_THREADS for one of k ranks sharing a container's vcores (as torchrun does:
+    otherwise every rank spins a thread per core and they oversubscribe the CPUs); a
+    value the user set wins."""
+    if "OMP_NUM_THREADS" in env:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, vcores // k))}
+
+
 # ---------------------------------------------------------------- GPU placement
 
 
