@@ -252,6 +252,18 @@ def ls_cmd(show_all: bool, conf: str | None) -> int:
         return yarn.ls(show_all, _opts(conf))
 
 
+@tfyarn.command("build-hdfs-plugin")
+def build_hdfs_plugin_cmd() -> int:
+    """Build (or find) the hdfs:// plugin for this env's TensorFlow; print its path.
+
+    Tasks do this by themselves at their first `import tensorflow` (cached per TF version
+    in ~/.cache/tfyarn or $TFYARN_CACHE); run it ahead where nodes have no compiler."""
+    with edge():
+        from tfyarn import hdfs
+
+        return hdfs.main()
+
+
 def _local_job_dir(job_id: str) -> str:
     from tfyarn.local import find_job_dir
     from tfyarn.settings import Settings

@@ -26,8 +26,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from tfyarn import hdfs, proc
 from tfyarn import kv as kvmod
-from tfyarn import proc
 from tfyarn.jobspec import JobSpec
 from tfyarn.policy import stderr_excerpt
 from tfyarn.settings import Settings
@@ -275,6 +275,7 @@ class Launcher:
             env.update(thread_env(vcores, len(self.args.tasks), {**os.environ, **env}))
         k = len(self.args.tasks)
         env.update(device_env(devices, k, slot.index, shared=not job.allreduce))
+        env.update(hdfs.task_env({**os.environ, **env}))  # `import tensorflow` reads hdfs://
         return env
 
     def start(self, slot: Slot, task_env: dict[str, str]) -> None:
