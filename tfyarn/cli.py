@@ -252,6 +252,29 @@ def ls_cmd(show_all: bool, conf: str | None) -> int:
         return yarn.ls(show_all, _opts(conf))
 
 
+@tfyarn.command("check-data")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--fields", "fields", type=click.IntRange(1, 100_000), metavar="N",
+              help="fields per line (default: the most common count in the file)")
+@conf_option
+def check_data_cmd(paths: tuple[str, ...], fields: int | None, conf: str | None) -> int:
+    """Find what breaks CSV readers: blank lines, lines with the wrong number of fields,
+    header lines; local paths or hdfs:// (WebHDFS). Exit 0 when every file is clean."""
+    from tfyarn import datacheck
+    from tfyarn.settings import Settings
+
+    with edge():
+        settings = Settings.from_environ()
+        lines, found = datacheck.check_paths(paths, fields, settings.conf_dir(conf),
+                                             settings.user)
+    for line in lines:
+        click.echo(line)
+    if found:
+        click.echo(f"tfyarn: {found} problem line(s); fix them (or skip them in your input "
+                   "pipeline) before training", err=True)
+    return 1 if found else 0
+
+
 @tfyarn.command("build-hdfs-plugin")
 def build_hdfs_plugin_cmd() -> int:
     """Build (or find) the hdfs:// plugin for this env's TensorFlow; print its path.

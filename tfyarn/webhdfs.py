@@ -1,0 +1,40 @@
+"""HDFS from the client without a JVM: WebHDFS, through the `hdfs` package.
+
+Owns finding the NameNode's HTTP address for an hdfs:// URI (its host, with
+dfs.namenode.http-address's port from HADOOP_CONF_DIR, 9870 by default) and making a
+client. Used where the client reads HDFS (check-data); tasks read HDFS through libhdfs.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from typing import Any
+
+from tfyarn.errors import EnvironmentMissing
+from tfyarn.rm import read_site
+
+HTTP_PORT = 9870  # Hadoop 3's NameNode web port
+
+
+def http_address(uri: str, conf_dir: str | None) -> str:
+    parsed = urllib.parse.urlparse(uri)
+    hdfs_site = read_site(os.path.join(conf_dir, "hdfs-site.xml")) if conf_dir else {}
+    core = read_site(os.path.join(conf_dir, "core-site.xml")) if conf_dir else {}
+    host = parsed.hostname or urllib.parse.urlparse(core.get("fs.defaultFS", "")).hostname
+    if not host:
+        raise EnvironmentMissing(f"{uri} names no NameNode and HADOOP_CONF_DIR has no "
+                                 "fs.defaultFS; give hdfs://HOST:PORT/... or set -conf")
+    configured = hdfs_site.get("dfs.namenode.http-address", "")
+    port = configured.rsplit(":", 1)[1] if ":" in configured else str(HTTP_PORT)
+    return f"http://{host}:{port}"
+
+
+def hdfs_path(uri: str) -> str:
+    return urllib.parse.urlparse(uri).path or "/"
+
+
+def client_for(uri: str, conf_dir: str | None, user: str) -> Any:
+    from hdfs import InsecureClient
+
+    return InsecureClient(http_address(uri, conf_dir), user=user)
