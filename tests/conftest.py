@@ -41,3 +41,58 @@ def el_submit(tmp_path: Path):
 def py(code: str) -> str:
     """`-c` is one shell line: a Python one-liner as the user would quote it."""
     return shlex.join(["python", "-c", code])
+
+
+@pytest.fixture
+def webhdfs(tmp_path):
+    """A stand-in NameNode (CI has no HDFS): the WebHDFS calls tfyarn makes (GETFILESTATUS,
+    LISTSTATUS, OPEN) served from a local dir on 127.0.0.1. Yields (root dir, a conf dir
+    whose hdfs-site.xml points at it)."""
+    import http.server
+    import json
+    import threading
+    import urllib.parse
+
+    root = tmp_path / "webhdfs-root"
+    root.mkdir()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            url = urllib.parse.urlparse(self.path)
+            op = urllib.parse.parse_qs(url.query).get("op", [""])[0]
+            local = root / url.path.removeprefix("/webhdfs/v1").lstrip("/")
+            if not local.exists():
+                return self._send(404, b'{"RemoteException": {"message": "not found"}}')
+            if op == "OPEN":
+                return self._send(200, local.read_bytes(), "application/octet-stream")
+            if op == "GETFILESTATUS":
+                return self._send(200, json.dumps({"FileStatus": self._status(local)}).encode())
+            if op == "LISTSTATUS":
+                items = [{**self._status(p), "pathSuffix": p.name} for p in sorted(local.iterdir())]
+                return self._send(200, json.dumps({"FileStatuses": {"FileStatus": items}}).encode())
+            self._send(400, b"{}")
+
+        @staticmethod
+        def _status(p):
+            return {"type": "DIRECTORY" if p.is_dir() else "FILE",
+                    "length": 0 if p.is_dir() else p.stat().st_size, "pathSuffix": ""}
+
+        def _send(self, code, body, kind="application/json"):
+            self.send_response(code)
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_a):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    conf = tmp_path / "hadoop-conf"
+    conf.mkdir()
+    (conf / "hdfs-site.xml").write_text(
+        "<configuration><property><name>dfs.namenode.http-address</name>"
+        f"<value>0.0.0.0:{server.server_address[1]}</value></property></configuration>")
+    yield root, conf
+    server.shutdown()

@@ -188,3 +188,18 @@ def test_site_defaults_from_conf_file(tmp_path):
     d = yarn.load_defaults(Settings(conf_file=str(conf), home=str(tmp_path)))
     assert d == appspec.ClusterDefaults("bridge", ("/a:/a:ro",), {"X": "1"})
     assert yarn.load_defaults(Settings(home=str(tmp_path))) == appspec.ClusterDefaults()
+
+
+def test_f_from_hdfs_is_localized_by_yarn_not_uploaded(tmp_path):
+    from tfyarn import yarn
+    from tfyarn.jobspec import ElSubmitArgs, from_el_submit
+
+    spec = from_el_submit(ElSubmitArgs(command=("true",), app_type="standalone",
+                                       files="hdfs://nn:9000/ml/code,hdfs:///ml/adult.data"),
+                          str(tmp_path))
+    stage_dir = tmp_path / "stage"
+    stage_dir.mkdir()
+    staged = yarn.stage(spec, str(stage_dir))
+    assert staged.resources == (("code", "hdfs://nn:9000/ml/code", "file"),
+                                ("adult.data", "hdfs:///ml/adult.data", "file"))
+    assert sorted(p.name for p in stage_dir.iterdir()) == ["tfyarn-job.json"]  # no archive

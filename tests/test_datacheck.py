@@ -4,12 +4,9 @@ Adult files, byte-identical to what the seed tripped over), local and over WebHD
 
 from __future__ import annotations
 
-import http.server
 import subprocess
 import sys
-import threading
 
-import pytest
 from conftest import DATA
 
 from tfyarn.datacheck import check_lines
@@ -45,34 +42,10 @@ def test_clean_file_and_missing_file(tmp_path):
     assert missing.returncode == 2 and missing.stderr.startswith("Error: check-data: cannot read")
 
 
-@pytest.fixture
-def webhdfs():
-    """A stand-in NameNode answering WebHDFS OPEN for /ml/adult.data."""
-    body = (DATA / "adult.data").read_bytes()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            if self.path.startswith("/webhdfs/v1/ml/adult.data?") and "op=OPEN" in self.path:
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            else:
-                self.send_error(404)
-
-        def log_message(self, *_a):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-
-
-def test_hdfs_paths_are_read_over_webhdfs(webhdfs, tmp_path):
-    (tmp_path / "hdfs-site.xml").write_text(
-        "<configuration><property><name>dfs.namenode.http-address</name>"
-        f"<value>0.0.0.0:{webhdfs}</value></property></configuration>")
-    out = tfyarn("check-data", "hdfs://127.0.0.1:9000/ml/adult.data", "-conf", str(tmp_path))
+def test_hdfs_paths_are_read_over_webhdfs(webhdfs):
+    root, conf = webhdfs
+    (root / "ml").mkdir()
+    (root / "ml" / "adult.data").write_bytes((DATA / "adult.data").read_bytes())
+    out = tfyarn("check-data", "hdfs://127.0.0.1:9000/ml/adult.data", "-conf", str(conf))
     assert out.returncode == 1, out.stderr
     assert "hdfs://127.0.0.1:9000/ml/adult.data:32562: blank line" in out.stdout

@@ -275,3 +275,24 @@ def test_readme_setup_commands_chain_in_one_shell():
     assert "scripts/build-horovod" in second and "scripts/build-horovod" in ci
     shlex.split(first)  # it is a well-formed shell line
     assert job_processes("never-a-job") == []
+
+
+def test_f_from_hdfs_is_fetched_locally(el_submit, webhdfs):
+    root, conf = webhdfs
+    (root / "ml" / "code").mkdir(parents=True)
+    (root / "ml" / "code" / "train.py").write_text("print('FROM HDFS', open('cfg.txt').read())\n")
+    (root / "ml" / "code" / "cfg.txt").write_text("lr=0.1")
+    out = el_submit("-t", "tensorflow-worker", "-wn", "2", "-f", "hdfs://127.0.0.1:9000/ml/code",
+                    "--local", "-c", "cd code && python train.py",
+                    env={"HADOOP_CONF_DIR": str(conf)})
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.count("FROM HDFS lr=0.1") == 2
+
+
+def test_f_from_an_unreachable_hdfs_is_one_line(el_submit, tmp_path):
+    out = el_submit("-t", "standalone", "-f", "hdfs://127.0.0.1:1/ml/code", "--local", "-c",
+                    "true", env={"HADOOP_CONF_DIR": str(tmp_path)})
+    assert out.returncode == EXIT_TFYARN, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1].startswith("Error: -f: cannot fetch hdfs://127.0.0.1:1/ml/code over WebHDFS")
+    assert list(el_submit.tmpdir.iterdir()) == []  # the half-made job dir is gone

@@ -101,6 +101,8 @@ def inventory(files: Iterable[ShippedFile], limit_mb: int | None,
     entries: list[tuple[str, str]] = []
     total = 0
     for f in files:
+        if f.remote:  # localized by YARN / fetched by local mode: nothing to walk here
+            continue
         if not f.is_dir:
             st = _stat(f.source)
             _check_file(f.source, st)
@@ -128,7 +130,7 @@ def copy_into(inv: Inventory, root: str) -> None:
         shutil.copy2(src, target)
 
 
-def link_into(inv: Inventory, shared: str, task_dir: str) -> None:
+def link_into(names: Iterable[str], shared: str, task_dir: str) -> None:
     """Give a task dir the shared copy: one symlink per top-level entry."""
-    for name in inv.top_level():
+    for name in names:
         os.symlink(os.path.join(shared, name), os.path.join(task_dir, name))

@@ -18,6 +18,7 @@ from tfyarn import tfconfig, timing
 from tfyarn.errors import SpecError
 
 APP_TYPES = ("tensorflow-ps", "tensorflow-worker", "tensorflow-mpi", "standalone", "pytorch")
+REMOTE_SCHEMES = ("hdfs://", "viewfs://")  # -f entries YARN localizes itself
 ALLREDUCE = ("tensorflow-mpi", "pytorch")  # ranks instead of a TF cluster: -ppn applies
 SHARED_GPU = ("tensorflow-ps", "tensorflow-worker")  # -wnpg applies
 MODES = ("local", "virtual-env", "docker")
@@ -99,8 +100,13 @@ class ShippedFile:
     dest: str
 
     @property
+    def remote(self) -> bool:
+        """On HDFS: YARN localizes it in place; local mode fetches it (WebHDFS)."""
+        return self.source.startswith(REMOTE_SCHEMES)
+
+    @property
     def is_dir(self) -> bool:
-        return os.path.isdir(self.source)
+        return not self.remote and os.path.isdir(self.source)
 
 
 @dataclass(frozen=True)
@@ -329,6 +335,12 @@ def parse_files(value: str | None, cwd: str) -> tuple[ShippedFile, ...]:
         if not raw:
             raise SpecError(f"-f: empty entry in {value!r}; give a comma list of paths, "
                             "e.g. -f ./ or -f train.py,data")
+        if raw.startswith(REMOTE_SCHEMES):
+            name = raw.rstrip("/").rsplit("/", 1)[-1]
+            if not name or raw.rstrip("/").endswith(":/"):
+                raise SpecError(f"-f: {raw!r} names no file or dir; give hdfs://NN/path/name")
+            out.append(ShippedFile(raw, name))
+            continue
         path = os.path.abspath(os.path.join(cwd, os.path.expanduser(raw)))
         if not os.path.exists(path):
             raise SpecError(f"-f: {raw!r} does not exist (looked in {cwd})")

@@ -172,7 +172,22 @@ def find_job_dir(job_id: str, settings: Settings) -> str | None:
     return found[-1] if found else None
 
 
-def prepare(spec: JobSpec, root: str, inv: filesmod.Inventory, job_id: str) -> tuple[JobDir, str]:
+def fetch(uri: str, target: str, settings: Settings) -> None:
+    """A `-f hdfs://...` entry, copied into the job dir over WebHDFS (no JVM here)."""
+    from tfyarn import webhdfs
+
+    try:
+        webhdfs.fetch(uri, target, settings.conf_dir(), settings.user)
+    except EnvironmentMissing:
+        raise
+    except Exception as exc:  # the hdfs package raises its own family and requests'
+        raise EnvironmentMissing(f"-f: cannot fetch {uri} over WebHDFS ({exc}); check "
+                                 "HADOOP_CONF_DIR and that the NameNode's HTTP port is "
+                                 "reachable, or copy it here and ship the local copy") from None
+
+
+def prepare(spec: JobSpec, root: str, inv: filesmod.Inventory, job_id: str,
+            settings: Settings) -> tuple[JobDir, str]:
     """Create the job dir and stage everything; returns (dir, PATH prefix). A failure or
     interrupt half-way leaves no job dir behind."""
     try:
@@ -181,7 +196,7 @@ def prepare(spec: JobSpec, root: str, inv: filesmod.Inventory, job_id: str) -> t
         raise EnvironmentMissing(f"cannot create the job dir in {root}: {exc.strerror}; set "
                                  "TMPDIR to a writable directory with free space") from None
     try:
-        return jd, _fill(spec, jd, inv)
+        return jd, _fill(spec, jd, inv, settings)
     except OSError as exc:
         shutil.rmtree(jd.root, ignore_errors=True)
         raise EnvironmentMissing(f"cannot stage the job in {jd.root}: {exc}; check free space "
@@ -191,12 +206,17 @@ def prepare(spec: JobSpec, root: str, inv: filesmod.Inventory, job_id: str) -> t
         raise
 
 
-def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory) -> str:
+def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory, settings: Settings) -> str:
     os.makedirs(os.path.join(jd.root, "logs"))
+    os.makedirs(jd.shared_files)
     filesmod.copy_into(inv, jd.shared_files)
+    remote = [f for f in spec.files if f.remote]
+    for f in remote:
+        fetch(f.source, os.path.join(jd.shared_files, f.dest), settings)
+    names = sorted({*inv.top_level(), *(f.dest for f in remote)})
     for container in spec.containers():
         os.makedirs(jd.task_dir(container))
-        filesmod.link_into(inv, jd.shared_files, jd.task_dir(container))
+        filesmod.link_into(names, jd.shared_files, jd.task_dir(container))
     with open(jd.job_json, "w", encoding="utf-8") as f:
         f.write(spec.to_json())
     if spec.runtime.mode == "virtual-env":
@@ -336,7 +356,7 @@ class LocalJob:
         root, inv = preflight(self.spec, self.settings)
         gpus = assign_gpus(self.spec, self.settings.gpu_count if self.settings.gpu_count
                            is not None else count_gpus())
-        jd, prefix = prepare(self.spec, root, inv, self.job_id)
+        jd, prefix = prepare(self.spec, root, inv, self.job_id, self.settings)
         with self.interrupts.deferred():
             emit_id(self.job_id)
             say(f"job {self.job_id}: {plural(len(self.spec.tasks()), 'task')}, dir {jd.root}")

@@ -38,3 +38,20 @@ def client_for(uri: str, conf_dir: str | None, user: str) -> Any:
     from hdfs import InsecureClient
 
     return InsecureClient(http_address(uri, conf_dir), user=user)
+
+
+def fetch(uri: str, target: str, conf_dir: str | None, user: str) -> None:
+    """Copy a file or a directory tree from HDFS to `target`."""
+    client = client_for(uri, conf_dir, user)
+    _copy(client, hdfs_path(uri), target)
+
+
+def _copy(client: Any, path: str, target: str) -> None:
+    if client.status(path)["type"] == "DIRECTORY":
+        os.makedirs(target, exist_ok=True)
+        for name in client.list(path):
+            _copy(client, f"{path.rstrip('/')}/{name}", os.path.join(target, name))
+        return
+    with client.read(path) as src, open(target, "wb") as dst:
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            dst.write(chunk)

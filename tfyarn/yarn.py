@@ -68,6 +68,9 @@ def stage(spec: JobSpec, tmp: str) -> appspec.Staged:
         f.write(spec.to_json())
     resources, contents = [], []
     for i, f in enumerate(spec.files):
+        if f.remote:  # YARN localizes it from HDFS itself: nothing through the client
+            resources.append((f.dest, f.source, "file"))
+            continue
         if not f.is_dir:
             resources.append((f.dest, os.path.realpath(f.source), "file"))
             continue
