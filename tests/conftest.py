@@ -46,11 +46,13 @@ def py(code: str) -> str:
 @pytest.fixture
 def webhdfs(tmp_path):
     """A stand-in NameNode (CI has no HDFS): the WebHDFS calls tfyarn makes (GETFILESTATUS,
-    LISTSTATUS, OPEN) served from a local dir on 127.0.0.1. Yields (root dir, a conf dir
-    whose hdfs-site.xml points at it)."""
+    LISTSTATUS, OPEN; CREATE with its redirect, RENAME, MKDIRS, DELETE) served from a local
+    dir on 127.0.0.1. Yields .root, .conf (a conf dir pointing at it: hdfs-site.xml and
+    fs.defaultFS) and .uploaded (bytes received per CREATE)."""
     import http.server
     import json
     import threading
+    import types
     import urllib.parse
 
     root = tmp_path / "webhdfs-root"
@@ -62,7 +64,8 @@ def webhdfs(tmp_path):
             op = urllib.parse.parse_qs(url.query).get("op", [""])[0]
             local = root / url.path.removeprefix("/webhdfs/v1").lstrip("/")
             if not local.exists():
-                return self._send(404, b'{"RemoteException": {"message": "not found"}}')
+                return self._send(404, b'{"RemoteException": {"exception": '
+                                  b'"FileNotFoundException", "message": "not found"}}')
             if op == "OPEN":
                 return self._send(200, local.read_bytes(), "application/octet-stream")
             if op == "GETFILESTATUS":
@@ -71,6 +74,40 @@ def webhdfs(tmp_path):
                 items = [{**self._status(p), "pathSuffix": p.name} for p in sorted(local.iterdir())]
                 return self._send(200, json.dumps({"FileStatuses": {"FileStatus": items}}).encode())
             self._send(400, b"{}")
+
+        def do_PUT(self):  # noqa: N802
+            url = urllib.parse.urlparse(self.path)
+            q = urllib.parse.parse_qs(url.query)
+            op = q.get("op", [""])[0]
+            local = root / url.path.removeprefix("/webhdfs/v1").lstrip("/")
+            if op == "CREATE" and "data" not in q:  # the NameNode step: where to send it
+                self.send_response(307)
+                self.send_header("Location", f"http://127.0.0.1:{self.server.server_address[1]}"
+                                 f"{self.path}&data=true")
+                self.send_header("Content-Length", "0")
+                return self.end_headers()
+            if op == "CREATE":
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.write_bytes(body)
+                state.uploaded.append(len(body))
+                return self._send(201, b"")
+            if op == "MKDIRS":
+                local.mkdir(parents=True, exist_ok=True)
+                return self._send(200, b'{"boolean": true}')
+            if op == "RENAME":
+                dest = root / q["destination"][0].lstrip("/")
+                if dest.exists():
+                    return self._send(200, b'{"boolean": false}')
+                local.rename(dest)
+                return self._send(200, b'{"boolean": true}')
+            self._send(400, b"{}")
+
+        def do_DELETE(self):  # noqa: N802
+            url = urllib.parse.urlparse(self.path)
+            local = root / url.path.removeprefix("/webhdfs/v1").lstrip("/")
+            local.unlink(missing_ok=True)
+            self._send(200, b'{"boolean": true}')
 
         @staticmethod
         def _status(p):
@@ -94,5 +131,9 @@ def webhdfs(tmp_path):
     (conf / "hdfs-site.xml").write_text(
         "<configuration><property><name>dfs.namenode.http-address</name>"
         f"<value>0.0.0.0:{server.server_address[1]}</value></property></configuration>")
-    yield root, conf
+    (conf / "core-site.xml").write_text(
+        "<configuration><property><name>fs.defaultFS</name>"
+        "<value>hdfs://127.0.0.1:9000</value></property></configuration>")
+    state = types.SimpleNamespace(root=root, conf=conf, uploaded=[])
+    yield state
     server.shutdown()

@@ -43,7 +43,7 @@ def test_clean_file_and_missing_file(tmp_path):
 
 
 def test_hdfs_paths_are_read_over_webhdfs(webhdfs):
-    root, conf = webhdfs
+    root, conf = webhdfs.root, webhdfs.conf
     (root / "ml").mkdir()
     (root / "ml" / "adult.data").write_bytes((DATA / "adult.data").read_bytes())
     out = tfyarn("check-data", "hdfs://127.0.0.1:9000/ml/adult.data", "-conf", str(conf))

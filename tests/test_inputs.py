@@ -278,7 +278,7 @@ def test_readme_setup_commands_chain_in_one_shell():
 
 
 def test_f_from_hdfs_is_fetched_locally(el_submit, webhdfs):
-    root, conf = webhdfs
+    root, conf = webhdfs.root, webhdfs.conf
     (root / "ml" / "code").mkdir(parents=True)
     (root / "ml" / "code" / "train.py").write_text("print('FROM HDFS', open('cfg.txt').read())\n")
     (root / "ml" / "code" / "cfg.txt").write_text("lr=0.1")

@@ -33,6 +33,7 @@ class Staged:
     job_json: str
     resources: tuple[tuple[str, str, str], ...] = ()
     link_contents: tuple[str, ...] = ()
+    env_archive: str | None = None  # -m virtual-env: local path, or hdfs:// (given, or cached)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,8 @@ def container_env(spec: JobSpec, defaults: ClusterDefaults) -> dict[str, str]:
 
 def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -> dict[str, Any]:
     """The skein ApplicationSpec as a plain dict (pure: no I/O, no skein import)."""
-    env_archive = spec.runtime.arg if spec.runtime.mode == "virtual-env" else None
+    env_archive = staged.env_archive or (
+        spec.runtime.arg if spec.runtime.mode == "virtual-env" else None)
     files = files_dict(staged, env_archive)
     env = container_env(spec, defaults)
     label = {"node_label": spec.yarn.node_label} if spec.yarn.node_label else {}

@@ -8,6 +8,8 @@ Every YARN or skein failure becomes one TfYarnError line saying what to run next
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import os
 import shutil
 import subprocess
@@ -54,9 +56,12 @@ class ClientOptions:
 
 
 def _archive(entries: list[tuple[str, str]], dest: str) -> None:
-    """A dir's files as a .tar.gz: links already followed by the walk, stored as files."""
-    with tarfile.open(dest, "w:gz", dereference=True) as tar:
-        for src, rel in entries:
+    """A dir's files as a .tar.gz: links already followed by the walk, stored as files.
+    Deterministic (sorted, no gzip timestamp), so an unchanged dir hashes the same and
+    the HDFS cache finds it."""
+    with open(dest, "wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", dereference=True) as tar:
+        for src, rel in sorted(entries, key=lambda e: e[1]):
             tar.add(src, arcname=rel, recursive=False)
 
 
@@ -81,7 +86,42 @@ def stage(spec: JobSpec, tmp: str) -> appspec.Staged:
         resources.append((name, archive, "archive"))
         if not f.dest:
             contents.append(name)
-    return appspec.Staged(job_json, tuple(resources), tuple(contents))
+    env = spec.runtime.arg if spec.runtime.mode == "virtual-env" else None
+    return appspec.Staged(job_json, tuple(resources), tuple(contents), env)
+
+
+def use_cache(staged: appspec.Staged, settings: Settings, opts: ClientOptions) -> appspec.Staged:
+    """Swap the env archive and big -f archives for their copies in the HDFS cache,
+    uploading each once; where the cache cannot serve, skein uploads them as before."""
+    from tfyarn.hdfscache import MIN_DIR_BYTES, HdfsCache
+
+    big = [r for r in staged.resources
+           if r[2] == "archive" and os.path.getsize(r[1]) >= MIN_DIR_BYTES]
+    env = staged.env_archive if staged.env_archive and "://" not in staged.env_archive else None
+    if env is None and not big:
+        return staged
+    try:
+        cache = HdfsCache.open(settings.conf_dir(opts.conf_dir), settings.user)
+        if cache is None:
+            say("HDFS cache not usable here (no HADOOP_CONF_DIR, or Kerberos): uploading")
+            return staged
+        if env is not None:
+            env = _cached(cache, env, "-m_arg")
+        swapped = {r[1]: _cached(cache, r[1], f"-f {r[0]}") for r in big}
+    except Exception as exc:  # WebHDFS down, permissions: the submit itself must go on
+        say(f"HDFS cache failed ({exc}); uploading instead")
+        return staged
+    resources = tuple((n, swapped.get(src, src), kind) for n, src, kind in staged.resources)
+    return dataclasses.replace(staged, resources=resources,
+                               env_archive=env or staged.env_archive)
+
+
+def _cached(cache: Any, local: str, what: str) -> str:
+    uri, hit = cache.put(local)
+    size = os.path.getsize(local) / 2**20
+    say(f"{what}: cached on HDFS, nothing uploaded ({uri})" if hit
+        else f"{what}: uploaded {size:.0f} MB to the HDFS cache ({uri}); later submits reuse it")
+    return uri
 
 
 def load_defaults(settings: Settings) -> appspec.ClusterDefaults:
@@ -224,7 +264,7 @@ def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
     require_client(opts)
     defaults = load_defaults(settings)
     with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:
-        staged = stage(spec, tmp)
+        staged = use_cache(stage(spec, tmp), settings, opts)
         app_spec = appspec.application_spec(spec, staged, defaults)
         with yarn_client(opts) as client:
             app_id = submit(client, app_spec, spec)
