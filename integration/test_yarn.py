@@ -312,3 +312,73 @@ def test_a_failing_rank_on_yarn_names_it(el_submit):
     assert out.returncode == 1 and "(rank 2) exited with code 9" in out.stderr, out.stderr
     assert final_state(app_id).endswith("/FAILED")
 
+
+
+# ---------------------------------------------------------------- HDFS (#8)
+
+
+def hdfs_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["hdfs", "dfs", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def hdfs_dir():
+    """A fresh dir on the cluster's HDFS, removed afterwards."""
+    path = f"/tmp/tfyarn-it-{int(time.time() * 1000)}"
+    assert hdfs_cli("-mkdir", "-p", path).returncode == 0
+    yield path
+    hdfs_cli("-rm", "-r", "-f", "-skipTrash", path)
+
+
+def test_census_trains_from_hdfs_on_yarn(el_submit, tmp_path, hdfs_dir):
+    assert hdfs_cli("-put", str(DATA / "adult.data"), str(DATA / "adult.test"),
+                    hdfs_dir).returncode == 0
+    shutil.copy(REPO / "examples" / "census" / "census_single.py", tmp_path)
+    out, app_id = el_submit("-t", "tensorflow-ps", "-x", "True", "-f", "census_single.py",
+                            *SMALL, "-c", "python", "census_single.py", "--data-dir",
+                            f"hdfs://{hdfs_dir}", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    acc = [float(x) for x in re.findall(r"eval_accuracy=(\d\.\d+)",
+                                        aggregated_logs(app_id, "chief:0"))]
+    assert acc and acc[-1] >= 0.83
+
+
+def test_tfrecords_and_a_checkpoint_on_hdfs(el_submit, hdfs_dir):
+    code = (
+        "import tensorflow as tf\n"
+        f"d = 'hdfs://{hdfs_dir}'\n"
+        "tf.io.gfile.makedirs(d + '/rec')\n"
+        "with tf.io.TFRecordWriter(d + '/rec/r.tfrecord') as w:\n"
+        "    [w.write(f'r{i}'.encode()) for i in range(50)]\n"
+        "n = sum(1 for _ in tf.data.TFRecordDataset(d + '/rec/r.tfrecord'))\n"
+        "v = tf.Variable([1.0, 2.0]); c = tf.train.Checkpoint(v=v); c.save(d + '/ck/m')\n"
+        "v.assign([0.0, 0.0]); c.restore(tf.train.latest_checkpoint(d + '/ck'))\n"
+        "print('HDFSOK', n, v.numpy().tolist(), tf.io.gfile.glob(d + '/rec/*'))\n")
+    out, app_id = el_submit("-t", "standalone", *SMALL, "-c", py(code))
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in aggregated_logs(app_id, "worker:0").splitlines() if "HDFSOK" in x)
+    assert "HDFSOK 50 [1.0, 2.0]" in line and "r.tfrecord" in line
+
+
+def test_f_from_hdfs_on_yarn(el_submit, hdfs_dir, tmp_path):
+    (tmp_path / "cfg.txt").write_text("lr=0.1")
+    assert hdfs_cli("-put", str(tmp_path / "cfg.txt"), hdfs_dir).returncode == 0
+    out, app_id = el_submit("-t", "standalone", "-f", f"hdfs://{hdfs_dir}/cfg.txt", *SMALL,
+                            "-c", "cat cfg.txt")
+    assert out.returncode == 0, out.stderr
+    assert "lr=0.1" in aggregated_logs(app_id, "worker:0")
+
+
+def test_resubmit_with_the_same_env_uploads_nothing(el_submit, tmp_path):
+    test_virtual_env_archive(el_submit, tmp_path)  # builds env.tar.gz and submits once
+    out, app_id = el_submit("-t", "standalone", "-m", "virtual-env", "-m_arg", "env.tar.gz",
+                            *SMALL, "-c", "true", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "-m_arg: cached on HDFS, nothing uploaded" in out.stderr
+
+
+def test_check_data_on_hdfs(hdfs_dir):
+    assert hdfs_cli("-put", str(DATA / "adult.data"), hdfs_dir).returncode == 0
+    out = subprocess.run([sys.executable, "-m", "tfyarn", "check-data",
+                          f"hdfs://{hdfs_dir}/adult.data"], capture_output=True, text=True)
+    assert out.returncode == 1 and "adult.data:32562: blank line" in out.stdout, out.stderr

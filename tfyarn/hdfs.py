@@ -26,24 +26,32 @@ PLUGIN_ENV = "TFYARN_HDFS_PLUGIN"  # "auto" (build or find in the cache), a path
 SCHEMES = ("hdfs", "viewfs")
 
 
-def cache_root() -> Path:
+def cache_roots() -> list[Path]:
+    """Where built plugins are kept: $TFYARN_CACHE or ~/.cache/tfyarn, and a per-user temp
+    dir for container users without a writable home."""
     base = os.environ.get("TFYARN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
                                                            "tfyarn")
-    return Path(base) / "hdfs-plugin"
+    temp = os.path.join(tempfile.gettempdir(), f"tfyarn-cache-{os.getuid()}")
+    return [Path(base) / "hdfs-plugin", Path(temp) / "hdfs-plugin"]
 
 
-def plugin_file(tf_version: str) -> Path:
+def plugin_file(tf_version: str, root: Path) -> Path:
     """Where the plugin for this TF version is (one build serves every task on a host)."""
-    return cache_root() / f"tf-{tf_version}" / "libtfyarn_hdfs.so"
+    return root / f"tf-{tf_version}" / "libtfyarn_hdfs.so"
 
 
 def build(tf: Any) -> Path:
     """The plugin for the imported `tf`, built with its own compile and link flags if it
     is not cached yet (written to a temp name, then renamed: concurrent tasks are safe)."""
-    target = plugin_file(tf.__version__)
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    for root in cache_roots():
+        target = plugin_file(tf.__version__, root)
+        if target.exists():
+            return target
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            break
+        except OSError:
+            continue
     cxx = os.environ.get("CXX", "g++")
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
