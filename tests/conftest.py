@@ -43,6 +43,26 @@ def py(code: str) -> str:
     return shlex.join(["python", "-c", code])
 
 
+def reply(handler, code: int, body: bytes, kind: str = "application/json") -> None:
+    """Send one HTTP response from a stand-in's request handler."""
+    handler.send_response(code)
+    handler.send_header("Content-Type", kind)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def serve_locally(handler_class):
+    """A stand-in HTTP service on 127.0.0.1 (an ephemeral port), in a thread; quiet."""
+    import http.server
+    import threading
+
+    handler_class.log_message = lambda *_a: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
 @pytest.fixture
 def webhdfs(tmp_path):
     """A stand-in NameNode (CI has no HDFS): the WebHDFS calls tfyarn makes (GETFILESTATUS,
@@ -51,7 +71,6 @@ def webhdfs(tmp_path):
     fs.defaultFS) and .uploaded (bytes received per CREATE)."""
     import http.server
     import json
-    import threading
     import types
     import urllib.parse
 
@@ -115,17 +134,9 @@ def webhdfs(tmp_path):
                     "length": 0 if p.is_dir() else p.stat().st_size, "pathSuffix": ""}
 
         def _send(self, code, body, kind="application/json"):
-            self.send_response(code)
-            self.send_header("Content-Type", kind)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            reply(self, code, body, kind)
 
-        def log_message(self, *_a):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_locally(Handler)
     conf = tmp_path / "hadoop-conf"
     conf.mkdir()
     (conf / "hdfs-site.xml").write_text(

@@ -268,7 +268,8 @@ def _rm_site(conf_dir, ports, ha=False):
 def rest_rm():
     """A stand-in for the RM's REST API on 127.0.0.1 (apps, one app, 404 for others)."""
     import http.server
-    import threading
+
+    from conftest import reply, serve_locally
 
     app = {"id": "application_1_0009", "name": "census", "state": "FINISHED",
            "finalStatus": "SUCCEEDED", "trackingUrl": "http://rm/app", "diagnostics": "done",
@@ -285,18 +286,9 @@ def rest_rm():
             else:
                 self.send_error(404)
                 return
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply(self, 200, json.dumps(body).encode())
 
-        def log_message(self, *_a):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = serve_locally(Handler)
     yield server.server_address[1], seen
     server.shutdown()
 

@@ -289,23 +289,20 @@ int64_t Tell(const TF_WritableFile* file, TF_Status* status) {
   return static_cast<OpenFile*>(file->plugin_file)->position;
 }
 
-void Flush(const TF_WritableFile* file, TF_Status* status) {
+// Flush (hflush: readers see the data) or sync (hsync: on the datanodes' disks).
+void Push(const TF_WritableFile* file, TF_Status* status, bool to_disk) {
   auto* f = static_cast<OpenFile*>(file->plugin_file);
   const LibHdfs* lib = Lib(status);
   if (lib == nullptr || Closed(f, status)) return;
   errno = 0;
-  if (lib->HFlush(f->fs, f->file) != 0) return SetErrno(status, "cannot flush", f->path);
+  int rc = to_disk ? lib->HSync(f->fs, f->file) : lib->HFlush(f->fs, f->file);
+  if (rc != 0) return SetErrno(status, to_disk ? "cannot sync" : "cannot flush", f->path);
   TF_SetStatus(status, TF_OK, "");
 }
 
-void Sync(const TF_WritableFile* file, TF_Status* status) {
-  auto* f = static_cast<OpenFile*>(file->plugin_file);
-  const LibHdfs* lib = Lib(status);
-  if (lib == nullptr || Closed(f, status)) return;
-  errno = 0;
-  if (lib->HSync(f->fs, f->file) != 0) return SetErrno(status, "cannot sync", f->path);
-  TF_SetStatus(status, TF_OK, "");
-}
+void Flush(const TF_WritableFile* file, TF_Status* status) { Push(file, status, false); }
+
+void Sync(const TF_WritableFile* file, TF_Status* status) { Push(file, status, true); }
 
 void Close(const TF_WritableFile* file, TF_Status* status) {
   auto* f = static_cast<OpenFile*>(file->plugin_file);
