@@ -185,6 +185,12 @@ class StandInClient:
     def kill_application(self, app_id):
         self.killed.append(app_id)
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_a):
+        return False
+
 
 def _rep(state, final="UNDEFINED", diagnostics=""):
     from types import SimpleNamespace
@@ -363,3 +369,35 @@ def test_skein_failure_inside_a_lifecycle_command_is_one_line(monkeypatch):
     with pytest.raises(TfYarnError) as failed, contextlib.suppress(SystemExit):
         yarn._ls_skein(True, yarn.ClientOptions())
     assert str(failed.value).startswith("a YARN call failed: lost the skein driver")
+
+
+def test_a_signal_during_submission_still_kills_the_submitted_app(monkeypatch):
+    """The app id YARN returned must never be lost: signals are deferred from before the
+    submit call, and the watcher's first step kills the application."""
+    import signal
+
+    from tfyarn.errors import JobFailed
+    from tfyarn.interrupts import Interrupts
+
+    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
+    interrupts = Interrupts().install()
+    client = StandInClient([_rep("ACCEPTED")])
+
+    def submit_then_ctrl_c(_spec):
+        signal.raise_signal(signal.SIGINT)  # arrives while YARN accepts the application
+        return "application_1_0042"
+
+    client.submit = submit_then_ctrl_c
+    monkeypatch.setattr(yarn, "require_client", lambda _o: None)
+    monkeypatch.setattr(yarn, "_start_client", lambda _s, _o: client)
+    monkeypatch.setattr(yarn.appspec, "application_spec", lambda *_a: object())
+    try:
+        with pytest.raises(JobFailed) as ended:
+            yarn.submit_and_watch(_spec(), __import__("tfyarn.settings").settings.Settings(),
+                                  yarn.ClientOptions(detach=True), interrupts)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
+                          else signal.SIG_DFL)
+    assert ended.value.exit_code == 130 and client.killed == ["application_1_0042"]
+

@@ -246,7 +246,8 @@ class Launcher:
             slot.sock.close()
         if cluster is None:
             for slot in slots:
-                self.publish(slot, {"code": None, "stopped": True, "reason": self.flag.reason})
+                self.publish(slot.task, slot.addr, slot.rank,
+                             {"code": None, "stopped": True, "reason": self.flag.reason})
             return
         ranks = json.loads(self.store.get(kvmod.RANKS) or "null")
         devices = self.devices()
@@ -302,31 +303,30 @@ class Launcher:
         for pump in slot.pumps:
             pump.join(timeout=2.0)
         tail = list(stderr_excerpt(list(slot.pumps[1].tail))) if slot.pumps else []
-        self.publish(slot, {"code": code, "stopped": self.flag.reason is not None,
-                            "reason": self.flag.reason, "tail": tail})
+        self.publish(slot.task, slot.addr, slot.rank,
+                     {"code": code, "stopped": self.flag.reason is not None,
+                      "reason": self.flag.reason, "tail": tail})
 
-    def publish(self, slot: Slot, record: dict) -> None:
+    def publish(self, task: Task, addr: str, rank: int | None, record: dict) -> None:
         """The task's exit record, once: the driver's input, sent as soon as it is known."""
-        host = slot.addr.rsplit(":", 1)[0]
-        full = {"host": host, "addr": slot.addr, "tail": [], **record, "time": time.time()}
-        if slot.rank is not None:
-            full["rank"] = slot.rank
+        full = {"host": addr.rsplit(":", 1)[0], "addr": addr, "tail": [], **record,
+                "time": time.time()}
+        if rank is not None:
+            full["rank"] = rank
         try:
-            self.store.put(kvmod.exit_key(slot.task), json.dumps(full))
+            self.store.put(kvmod.exit_key(task), json.dumps(full))
         except (kvmod.StoreGone, OSError) as exc:
-            log(slot.task, f"could not report the exit ({exc}); the driver will see it as lost")
-        self.reported.add(slot.task)
-        log(slot.task, f"exit code {full['code']}" + (" (stopped)" if full["stopped"] else ""))
+            log(task, f"could not report the exit ({exc}); the driver will see it as lost")
+        self.reported.add(task)
+        log(task, f"exit code {full['code']}" + (" (stopped)" if full["stopped"] else ""))
 
     def report_error(self, exc: BaseException) -> None:
         """A broken launcher still tells the driver why, for every task not yet reported."""
         for task in self.args.tasks:
             if task not in self.reported:
                 log(task, f"launcher error: {exc!r}")
-                slot = Slot(task, 0, socket.socket(), "-:0", "")
-                slot.sock.close()
-                self.publish(slot, {"code": 1, "stopped": False,
-                                    "tail": [f"tfyarn launcher error: {exc!r}"]})
+                self.publish(task, "-:0", None, {"code": 1, "stopped": False,
+                                                 "tail": [f"tfyarn launcher error: {exc!r}"]})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

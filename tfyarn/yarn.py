@@ -266,20 +266,21 @@ def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
     with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:
         staged = use_cache(stage(spec, tmp), settings, opts)
         app_spec = appspec.application_spec(spec, staged, defaults)
-        with yarn_client(opts) as client:
+        with yarn_client(opts) as client, interrupts.deferred():
+            # deferred from before the submit: a signal during it must not lose the app id
+            # (the watcher's first step kills the application then)
             app_id = submit(client, app_spec, spec)
-            with interrupts.deferred():
-                try:
-                    print(app_id, flush=True)
-                except (OSError, ValueError, AttributeError):
-                    say(f"warning: stdout is closed, so the application id is not printed "
-                        f"there: {app_id}")
-                return _after_submit(client, app_id, spec, opts, interrupts)
+            try:
+                print(app_id, flush=True)
+            except (OSError, ValueError, AttributeError):
+                say(f"warning: stdout is closed, so the application id is not printed there: "
+                    f"{app_id}")
+            return _after_submit(client, app_id, spec, opts, interrupts)
 
 
 def _after_submit(client: Any, app_id: str, spec: JobSpec, opts: ClientOptions,
                   interrupts: Interrupts) -> int:
-    if opts.detach:
+    if opts.detach and not interrupts.count:  # interrupted while submitting: the watcher kills
         say(f"submitted {app_id}; follow it with: tfyarn status {app_id} | tfyarn logs {app_id} "
             f"| tfyarn kill {app_id}")
         return 0
