@@ -9,7 +9,6 @@ local or hdfs:// files for it (hdfs:// over WebHDFS, address from HADOOP_CONF_DI
 from __future__ import annotations
 
 import collections
-import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -112,7 +111,3 @@ def check_paths(paths: Iterable[str], fields: int | None, conf_dir: str | None,
         total += len(findings)
         lines_out += list(report(path, findings)) or [f"{path}: clean"]
     return lines_out, total
-
-
-def default_user() -> str:
-    return os.environ.get("USER") or os.environ.get("LOGNAME") or "tfyarn"

@@ -32,7 +32,7 @@ from tfyarn import proc
 from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError
 from tfyarn.interrupts import Interrupts
 from tfyarn.jobspec import Container, JobSpec
-from tfyarn.policy import EXIT_TFYARN, Outcome, elapsed_words, exit_code, plural
+from tfyarn.policy import EXIT_TFYARN, Outcome, elapsed_words, exit_code, plural, signal_of
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task
 from tfyarn.timing import FOLLOW_S, LOCAL_DRIVER_SLACK_S, LOCAL_STOP_WAIT_S, STOP_REPORT_S
@@ -435,9 +435,8 @@ def reported(procs: Procs) -> list[subprocess.Popen]:
 
 
 def describe_rc(p: subprocess.Popen) -> str:
-    rc = p.poll()
-    return f"killed by {signal.Signals(-rc).name}" if rc is not None and rc < 0 \
-        else f"exit code {rc}"
+    sig = signal_of(p.poll())
+    return f"killed by {sig.name}" if sig is not None else f"exit code {p.returncode}"
 
 
 def report_dead_launchers(procs: Procs, store: kvmod.KV) -> None:

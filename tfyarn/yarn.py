@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import json
 import os
 import shutil
 import subprocess
@@ -491,8 +492,6 @@ def status(app_id: str, opts: ClientOptions | None = None, tasks: bool = False) 
 
 def live_tasks(store: kvmod.KV) -> list[str]:
     """Per-task lines while the job runs: address, and exit code once it has one."""
-    import json
-
     keys = store.scan("task/")
     tasks = sorted({k.split("/")[1] for k in keys})
     out = []
