@@ -76,3 +76,32 @@ def test_multi_worker_mirrored(el_submit, workdir):
     assert set(found) == {"worker:0", "worker:1"}
     assert found["worker:0"] == found["worker:1"]  # one synchronized model, not two copies
     assert float(found["worker:0"]) >= 0.83
+
+
+# worker:0 (not the chief) dies by SIGKILL in attempt 0, once the first checkpoint is saved
+KILL_WORKER_AFTER_CHECKPOINT = (
+    'if [ "$TFYARN_ATTEMPT" = 0 ] && [ "$TFYARN_TASK_TYPE" = worker ]; then '
+    '(until [ -e "$TFYARN_CHECKPOINT_DIR/checkpoint" ]; do sleep 0.2; done; kill -9 $$) & fi; '
+    "exec python census_single.py --epochs 4")
+PS_WITH_WORKER = ("-t", "tensorflow-ps", "-x", "True", "-f", "./", "-pn", "1", "-wn", "2",
+                  "--local")
+
+
+def test_restart_resumes_from_the_checkpoint(el_submit, workdir):
+    out = el_submit(*PS_WITH_WORKER, "--max-restarts", "2", "-c", KILL_WORKER_AFTER_CHECKPOINT,
+                    cwd=workdir, timeout=400)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "attempt 2/3: restarting after worker:0 was killed by SIGKILL" in out.stderr
+    resumed = re.findall(r"^\[chief:0\] resumed from epoch (\d+)$", out.stderr, re.M)
+    assert resumed and int(resumed[0]) >= 1, out.stderr[-3000:]
+    assert accuracy(out.stderr) >= 0.83
+    assert job_processes(out.stdout.strip()) == []
+
+
+def test_same_failure_without_restarts_fails(el_submit, workdir):
+    out = el_submit(*PS_WITH_WORKER, "-c", KILL_WORKER_AFTER_CHECKPOINT, cwd=workdir,
+                    timeout=400)
+    assert out.returncode == 1
+    assert "FAILED: worker:0 was killed by SIGKILL" in out.stderr
+    assert "resumed from epoch" not in out.stderr
+    assert job_processes(out.stdout.strip()) == []

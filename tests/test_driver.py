@@ -57,32 +57,36 @@ def test_stopped_by_someone_else_is_a_failure():
 
 def test_registration_deadline_lists_missing_tasks(tmp_path):
     store = kvmod.DirKV(str(tmp_path))
-    store.put(kvmod.addr_key(Task("ps", 0)), "127.0.0.1:1")
-    store.put(kvmod.exit_key(Task("ps", 0)), json.dumps(ex(0)))  # a ps that ended early
-    out = run(job(register_timeout_s=0.3), store)
+    gang = kvmod.Scoped(store, 0)
+    gang.put(kvmod.addr_key(Task("ps", 0)), "127.0.0.1:1")
+    gang.put(kvmod.exit_key(Task("ps", 0)), json.dumps(ex(0)))  # a ps that ended early
+    out = run(job(register_timeout_s=0.3, max_restarts=2), store)
     assert out.state == "FAILED" and "never registered" in out.message
     assert out.message.split("min: ")[1].startswith("chief:0, worker:0 (")
     assert Outcome.from_json(store.get(kvmod.STATUS)) == out
-    assert store.get(kvmod.STOP) and store.get(kvmod.CLUSTER) is None
+    assert gang.get(kvmod.STOP) and gang.get(kvmod.CLUSTER) is None
+    assert kvmod.current_attempt(store) == 0  # a deadline is never restarted
 
 
 def test_publishes_cluster_then_honours_kill(tmp_path):
     store = kvmod.DirKV(str(tmp_path))
-    spec = job("tensorflow-worker")
+    gang = kvmod.Scoped(store, 0)
+    spec = job("tensorflow-worker", max_restarts=3, restart_on="any")
     for t in spec.tasks():
-        store.put(kvmod.addr_key(t), f"127.0.0.1:{1000 + t.index}")
+        gang.put(kvmod.addr_key(t), f"127.0.0.1:{1000 + t.index}")
     result = {}
     thread = threading.Thread(target=lambda: result.update(out=run(spec, store)))
     thread.start()
-    assert json.loads(store.wait(kvmod.CLUSTER, timeout=5)) == {
+    assert json.loads(gang.wait(kvmod.CLUSTER, timeout=5)) == {
         "worker": ["127.0.0.1:1000", "127.0.0.1:1001"]}
     store.put(KILL, "test")
     for t in spec.tasks():  # launchers answer the stop request
-        store.wait(kvmod.STOP, timeout=5)
-        store.put(kvmod.exit_key(t), json.dumps(ex(-15, stopped=True)))
+        gang.wait(kvmod.STOP, timeout=5)
+        gang.put(kvmod.exit_key(t), json.dumps(ex(-15, stopped=True)))
     thread.join(timeout=10)
     assert result["out"].state == "KILLED" and "test" in result["out"].message
     assert set(result["out"].tasks) == {"worker:0", "worker:1"}
+    assert kvmod.current_attempt(store) == 0  # a kill is never restarted
 
 
 def test_timeout_fails_the_job(tmp_path):

@@ -33,7 +33,7 @@ class Container:
                        tasks_per_container=processes)
         self.tasks = spec.tasks()
         (tmp_path / "job.json").write_text(spec.to_json())
-        self.store = kvmod.DirKV(str(tmp_path / "kv"))
+        self.store = kvmod.Scoped(kvmod.DirKV(str(tmp_path / "kv")), 0)
         env = {**os.environ, "TFYARN_JOB_ID": self.job_id, "TFYARN_ADVERTISE_HOST": "127.0.0.1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tfyarn.launcher", "--job", str(tmp_path / "job.json"),

@@ -97,14 +97,21 @@ def test_task_tables(tmp_path):
     lines = format_tasks({"ps:0": {"host": "n1", "code": -15, "stopped": True, "reason": "done"},
                           "chief:0": {"host": "n2", "code": 0, "stopped": False}})
     assert lines[0].split()[:4] == ["ps:0", "n1", "exit", "-15"] and "stopped: done" in lines[0]
-    store = kvmod.DirKV(str(tmp_path))
+    top = kvmod.DirKV(str(tmp_path))
+    store = kvmod.Scoped(top, 0)
     store.put(kvmod.addr_key(Task("ps", 0)), "n1:1")
     store.put(kvmod.addr_key(Task("chief", 0)), "n2:2")
     store.put(kvmod.start_key(Task("chief", 0)), "{}")
     store.put(kvmod.exit_key(Task("ps", 0)), json.dumps({"code": 0}))
-    live = yarn.live_tasks(store)
+    live = yarn.live_tasks(top)
     assert [x.split() for x in live] == [["chief:0", "n2:2", "running"],
                                          ["ps:0", "n1:1", "exit", "0"]]
+    # after a restart: how attempt 1 ended, then attempt 2's tasks only
+    top.put(kvmod.ATTEMPT, json.dumps({"attempt": 1, "attempts": [
+        {"attempt": 0, "state": "FAILED", "message": "ps:0 was killed by SIGKILL"}]}))
+    kvmod.Scoped(top, 1).put(kvmod.addr_key(Task("ps", 0)), "n3:3")
+    assert yarn.live_tasks(top) == ["attempt 1: FAILED: ps:0 was killed by SIGKILL",
+                                    "attempt 2: running", f"  {'ps:0':<12} {'n3:3':<30} registered"]
 
 
 def test_watcher_progress_and_final_status(tmp_path, capsys):
@@ -115,22 +122,28 @@ def test_watcher_progress_and_final_status(tmp_path, capsys):
 
     spec = JobSpec("t", "tensorflow-ps", (Role("ps", 1, Resources(1024, 1)),
                                           Role("chief", 1, Resources(1024, 1))), "true")
-    store = kvmod.DirKV(str(tmp_path))
+    top = kvmod.DirKV(str(tmp_path))
+    store = kvmod.Scoped(top, 0)
     w = yarn.Watcher(client=None, app_id="application_1_0002", spec=spec)
     store.put(kvmod.addr_key(Task("ps", 0)), "n1:1")
-    w._read_store(store)
+    w._read_store(top)
     store.put(kvmod.addr_key(Task("chief", 0)), "n1:2")
-    store.put(kvmod.PHASE, "running")
-    w._read_store(store)
-    w._read_store(store)  # nothing new: nothing printed twice
+    top.put(kvmod.PHASE, "running")
+    w._read_store(top)
+    w._read_store(top)  # nothing new: nothing printed twice
     err = capsys.readouterr().err
     assert err.count("tasks registered") == 2 and "tasks registered 2/2" in err
     assert err.count("training") == 1
     outcome = Outcome("FAILED", "chief:0 exited with code 2", "chief:0", 2, ("oops",),
                       {"chief:0": {"host": "n1", "code": 2}})
-    store.put(kvmod.STATUS, outcome.to_json())
-    w._read_store(store)
-    assert w.outcome == outcome and store.get(kvmod.ACK) == "1"
+    top.put(kvmod.ATTEMPT, json.dumps({"attempt": 1, "attempts": [
+        {"attempt": 0, "state": "FAILED", "message": "chief:0 was killed by SIGKILL"}]}))
+    w._read_store(top)
+    assert "attempt 2/1: restarting after chief:0 was killed by SIGKILL" in \
+        capsys.readouterr().err
+    top.put(kvmod.STATUS, outcome.to_json())
+    w._read_store(top)
+    assert w.outcome == outcome and top.get(kvmod.ACK) == "1"
     with pytest.raises(JobFailed) as failed:
         w._final(SimpleNamespace(final_status="FAILED", diagnostics=""))
     assert failed.value.exit_code == 1 and "--task chief:0" in str(failed.value)

@@ -1,9 +1,10 @@
 """JobSpec -> skein ApplicationSpec, as a pure function of the job and what was staged.
 
-The ApplicationMaster runs the driver (`master.script`); every TF task gets its own
+The ApplicationMaster runs the driver (`master.script`); every container gets its own
 skein service (`ps-0`, `chief-0`, `worker-1`, ...) with one instance, so the launcher is
-told its task index explicitly in its script: skein renumbers restarted containers, and
-an index derived from the container would silently change a task's identity.
+told its tasks explicitly in its script, and its attempt through TFYARN_ATTEMPT (set by
+the driver when it adds a restarted gang's containers): skein renumbers added
+containers, and an identity derived from the container would silently change.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def task_script(spec: JobSpec, container: Container, staged: Staged) -> str:
     return ("set -u\n" + HADOOP_ENV + runtime_setup(spec) + link_contents(staged.link_contents)
             + check_python(py, container.name)
             + f"exec {shlex.quote(py)} -m tfyarn.launcher --job {JOB_FILE} "
-              f"--tasks {tasks} --gpus auto --kv skein:\n")
+              f'--tasks {tasks} --gpus auto --kv skein: --attempt "${{TFYARN_ATTEMPT:-0}}"\n')
 
 
 def driver_script(spec: JobSpec) -> str:
@@ -152,7 +153,10 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
         res = container.resources
         services[container.name] = {
             "instances": 1,
+            # the driver decides about failures and restarts whole gangs itself
+            # (add_container); with skein's default a failed container would end the app
             "max_restarts": 0,
+            "allow_failures": True,
             "resources": {"memory": res.memory_mb, "vcores": res.vcores, "gpus": res.gpus},
             "files": files,
             "env": env,

@@ -61,6 +61,12 @@ EXT_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("--keytab", "keytab", "FILE", "Kerberos keytab (with --principal)"),
     ("--heartbeat-timeout", "heartbeat_timeout", "SECONDS", "fail the job when a task's launcher "
      "is silent this long (default 30)"),
+    ("--max-restarts", "max_restarts", "N", "after a task failure, restart every task in the same "
+     "application up to N times (default 0)"),
+    ("--restart-on", "restart_on", "WHICH", "retryable (signals, preemption, lost nodes or "
+     "launchers, exit codes 128-255; default) | any (every task failure)"),
+    ("--checkpoint-dir", "checkpoint_dir", "DIR", "TFYARN_CHECKPOINT_DIR for every task (default: "
+     "the job dir locally, hdfs:///user/$USER/.tfyarn/checkpoints/APP_ID on YARN)"),
 )
 FLAGS = ("--local", "--dry-run", "--detach", "--force", "-h", "--help", "--version")
 VALUE_FLAGS = frozenset(f for f, *_ in EL_OPTIONS + EXT_OPTIONS) | {"--env", "--tag"}
@@ -301,18 +307,22 @@ def _local_job_dir(job_id: str) -> str:
 
 def _local_status(job_id: str) -> int:
     from tfyarn import kv as kvmod
-    from tfyarn.policy import Outcome, format_tasks
+    from tfyarn.policy import Outcome, attempt_tables
+    from tfyarn.yarn import live_tasks
 
     root = _local_job_dir(job_id)
     store = kvmod.DirKV(os.path.join(root, "kv"))
     raw = store.get(kvmod.STATUS)
     click.echo(f"job: {job_id}\ndir: {root}\nlogs: {os.path.join(root, 'logs')}")
     if raw is None:
-        click.echo(f"state: {store.get(kvmod.PHASE) or 'starting'} (or its client was killed)")
+        click.echo(f"state: {store.get(kvmod.PHASE) or 'starting'} (or its client was killed)"
+                   "\ntasks:")
+        for line in live_tasks(store):
+            click.echo(f"  {line}")
         return 0
     outcome = Outcome.from_json(raw)
     click.echo(f"final status: {outcome.state}\ndiagnostics: {outcome.message}\ntasks:")
-    for line in format_tasks(outcome.tasks):
+    for line in attempt_tables(outcome):
         click.echo(f"  {line}")
     return 0
 

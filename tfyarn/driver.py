@@ -2,7 +2,9 @@
 
 Owns the job's course: wait for every task to register (deadline: -wait_time), publish
 the cluster spec, follow exits and heartbeats, stop everything once the outcome is
-known, and publish the final status. On YARN it runs as skein's `master.script` in the
+known, restart the whole gang when the restart policy says so (a new attempt: new
+launchers, new addresses, keys under the attempt's own prefix), and publish the final
+status. On YARN it runs as skein's `master.script` in the
 ApplicationMaster, so a job ends right even when the client that submitted it is gone;
 locally it notices a dead client and ends the job. The rules themselves are pure
 (`tfyarn.policy`); this module only gathers what they need and carries them out.
@@ -19,24 +21,38 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
+from tfyarn import gang as gangmod
 from tfyarn import kv as kvmod
 from tfyarn.jobspec import JobSpec
 from tfyarn.policy import (
     Liveness,
     Outcome,
+    attempt_tables,
+    cause_of,
     decide,
+    describe_exit,
     exit_code,
-    format_tasks,
+    final_message,
     lost_record,
+    merge_records,
+    needs_yarn_word,
     plural,
+    restart_after,
+    restart_words,
 )
 from tfyarn.rendezvous import RendezvousServer
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task, allreduce_ranks, cluster_spec
-from tfyarn.timing import ACK_WAIT_S, RUNNING_POLL_S, STOP_REPORT_S
+from tfyarn.timing import (
+    ACK_WAIT_S,
+    CONTAINER_END_WAIT_S,
+    CONTAINER_POLL_S,
+    RUNNING_POLL_S,
+    STOP_REPORT_S,
+)
 
 
 def log(msg: str) -> None:
@@ -71,16 +87,29 @@ def read_tasks(store: kvmod.KV) -> Snapshot:
 
 
 @dataclass
+class JobClock:
+    """What outlives one attempt: the job's start (for --timeout), the client process
+    that started the driver, and a signal the driver received."""
+
+    start: float = field(default_factory=time.monotonic)
+    parent: int = field(default_factory=os.getppid)
+    interrupted: str | None = None
+
+
+@dataclass
 class Referee:
-    """The driver's loop state: deadlines, liveness, whether the cluster spec is out."""
+    """One attempt's loop state: deadlines, liveness, whether the cluster spec is out.
+    `store` is the attempt's scoped view, `job_store` the job-wide one (kill, phase)."""
 
     spec: JobSpec
     store: kvmod.KV
+    job_store: kvmod.KV
+    gang: gangmod.Gang
+    attempt: int = 0
+    job: JobClock = field(default_factory=JobClock)
     start: float = field(default_factory=time.monotonic)
     published: bool = False
     chief_done_said: bool = False
-    interrupted: str | None = None
-    parent: int = field(default_factory=os.getppid)
     liveness: Liveness = field(init=False)
     last_records: dict[Task, dict] = field(default_factory=dict)
     advertise_host: str = "127.0.0.1"
@@ -90,16 +119,16 @@ class Referee:
         self.liveness = Liveness(self.spec.heartbeat_timeout_s)
 
     def external_stop(self) -> Outcome | None:
-        if os.getppid() != self.parent:  # before a signal: a dying client sends SIGTERM too
-            self.interrupted = "the driver's parent process (the local client) died"
-        reason = self.interrupted or self.store.get(kvmod.KILL)
+        if os.getppid() != self.job.parent:  # before a signal: a dying client sends SIGTERM too
+            self.job.interrupted = "the driver's parent process (the local client) died"
+        reason = self.job.interrupted or self.job_store.get(kvmod.KILL)
         return None if reason is None else Outcome("KILLED", f"killed: {reason}")
 
     def deadline_passed(self, addrs: Mapping[Task, str]) -> Outcome | None:
-        elapsed = time.monotonic() - self.start
-        if self.spec.timeout_s is not None and elapsed > self.spec.timeout_s:
+        now = time.monotonic()
+        if self.spec.timeout_s is not None and now - self.job.start > self.spec.timeout_s:
             return Outcome("FAILED", f"the job ran past --timeout {self.spec.timeout_s:g} s")
-        if not self.published and elapsed > self.spec.register_timeout_s:
+        if not self.published and now - self.start > self.spec.register_timeout_s:
             missing = [str(t) for t in self.spec.tasks() if t not in addrs]
             minutes = self.spec.register_timeout_s / 60
             return Outcome("FAILED", f"tasks never registered within -wait_time {minutes:g} min: "
@@ -107,15 +136,24 @@ class Referee:
                            "start: see their logs)")
         return None
 
+    def ends(self) -> dict[Task, dict]:
+        """What the cluster says ended this attempt's containers; a failed call is no
+        news (heartbeats still find a dead launcher)."""
+        try:
+            return self.gang.ends(self.attempt)
+        except Exception as exc:  # skein's family and grpc's
+            log(f"could not read the containers' states: {exc!r}")
+            return {}
+
     def records(self, snap: Snapshot) -> dict[Task, dict]:
         """Exit records, plus a lost record for every launcher that died or went silent
-        before reporting (an exit record, once there, always wins)."""
+        before reporting, and the cluster's word on containers it ended."""
         now = time.monotonic()
         for task in snap.addrs:
             self.liveness.observe(task, snap.beats.get(task), now)
         silent = self.liveness.lost(now, snap.exits)
         lost = {t: lost_record(s, time.time()) for t, s in silent.items()}
-        return {**lost, **snap.lost, **snap.exits}
+        return merge_records(snap.exits, {**lost, **snap.lost}, self.ends())
 
     def publish_if_ready(self, addrs: Mapping[Task, str]) -> None:
         if self.published or len(addrs) < len(self.spec.tasks()):
@@ -124,7 +162,7 @@ class Referee:
         if self.spec.allreduce:
             self.publish_ranks(addrs)
         self.store.put(kvmod.CLUSTER, json.dumps(cluster))
-        self.store.put(kvmod.PHASE, "running")
+        self.job_store.put(kvmod.PHASE, "running")
         self.published = True
         log(f"all {plural(len(addrs), 'task')} registered; cluster spec published: "
             f"{json.dumps(cluster)}")
@@ -150,11 +188,12 @@ class Referee:
         msg = ("chief:0 finished; -x False: the job now waits for every ps and worker to exit "
                "by itself (ps never do unless your code stops them; use -x True or --timeout)")
         log(msg)
-        self.store.put(kvmod.PHASE, msg)
+        self.job_store.put(kvmod.PHASE, msg)
 
-    def lost(self) -> dict[Task, dict]:
-        """Tasks counted as lost so far (their launchers are not waited for)."""
-        return {t: r for t, r in self.last_records.items() if r.get("lost")}
+    def gone(self) -> dict[Task, dict]:
+        """Tasks whose launcher cannot report any more: lost, or its container ended."""
+        lost = {t: r for t, r in self.last_records.items() if r.get("lost")}
+        return {**lost, **self.ends()}
 
     def step(self) -> Outcome | None:
         snap = read_tasks(self.store)
@@ -166,25 +205,42 @@ class Referee:
             self.note_chief_done(records)
         return outcome
 
+    def settle(self, outcome: Outcome) -> Outcome:
+        """A failure its launcher could not explain (stopped by a signal, lost) waits,
+        bounded, for the cluster's word on the container: a memory kill is permanent, a
+        preemption retryable, and the message says which."""
+        task = Task.parse(outcome.task) if outcome.task else None
+        if task is None or not self.gang.tells_ends or \
+                not needs_yarn_word(self.last_records.get(task)):
+            return outcome
+        deadline = time.monotonic() + CONTAINER_END_WAIT_S
+        while (rec := self.ends().get(task)) is None and time.monotonic() < deadline:
+            time.sleep(CONTAINER_POLL_S)
+        if rec is None:
+            return outcome
+        return replace(outcome, message=describe_exit(task, rec), code=None, tail=(),
+                       cause=cause_of(rec))
+
 
 def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome,
-                    lost: Mapping[Task, dict]) -> dict[str, dict]:
-    """Tell every launcher to stop and wait (bounded) until the registered ones that can
-    still answer reported (a lost launcher cannot: it is not waited for)."""
+                    gone: Callable[[], Mapping[Task, dict]]) -> dict[str, dict]:
+    """Tell every launcher of the attempt to stop and wait (bounded) until the registered
+    ones that can still answer reported (a lost launcher, or one whose container ended,
+    cannot: it is not waited for)."""
     store.put(kvmod.STOP, outcome.message)
-    store.put(kvmod.PHASE, "stopping")
     deadline = time.monotonic() + spec.stop_grace_s + STOP_REPORT_S
     while True:
         snap = read_tasks(store)
-        gone = {**lost, **snap.lost}
-        pending = [t for t in snap.addrs if t not in snap.exits and t not in gone]
+        ended = gone()
+        pending = [t for t in snap.addrs if t not in snap.exits and t not in ended
+                   and t not in snap.lost]
         if not pending or time.monotonic() > deadline:
             break
         time.sleep(store.poll_s)
     for task in pending:
         log(f"{task} did not report after the stop request; its container/process is killed")
-    return {str(t): {"host": snap.addrs.get(t, "").rsplit(":", 1)[0],
-                     **_brief(snap.exits.get(t) or gone.get(t))}
+    records = merge_records(snap.exits, snap.lost, ended)
+    return {str(t): {"host": snap.addrs.get(t, "").rsplit(":", 1)[0], **_brief(records.get(t))}
             for t in spec.tasks()}
 
 
@@ -195,30 +251,65 @@ def _brief(rec: Mapping | None) -> dict:
             "lost": bool(rec.get("lost")), "reason": rec.get("reason")}
 
 
-def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1") -> Outcome:
-    """Drive one job to its end and publish the final status."""
-    referee = Referee(spec, store, advertise_host=advertise_host)
-    if threading.current_thread() is threading.main_thread():
-        _trap_signals(referee)
+def run_attempt(spec: JobSpec, store: kvmod.KV, gang: gangmod.Gang, attempt: int,
+                job: JobClock, advertise_host: str) -> tuple[Outcome, dict[str, dict]]:
+    """One gang, from registration to every task stopped: its outcome and task table."""
+    scoped = kvmod.Scoped(store, attempt)
+    referee = Referee(spec, scoped, store, gang, attempt, job, advertise_host=advertise_host)
     store.put(kvmod.PHASE, "registering")
-    log(f"waiting for {plural(len(spec.tasks()), 'task')} to register "
+    log(f"attempt {attempt + 1}/{spec.attempts}: waiting for "
+        f"{plural(len(spec.tasks()), 'task')} to register "
         f"(-wait_time {spec.register_timeout_s / 60:g} min)")
     while (outcome := referee.step()) is None:
         time.sleep(max(store.poll_s, RUNNING_POLL_S) if referee.published else store.poll_s)
     log(f"{outcome.state}: {outcome.message}")
-    tasks = stop_everything(spec, store, outcome, referee.lost())
+    store.put(kvmod.PHASE, "stopping")
+    tasks = stop_everything(spec, scoped, outcome, referee.gone)
     if referee.rendezvous is not None:
         referee.rendezvous.stop()
-    final = Outcome(outcome.state, outcome.message, outcome.task, outcome.code, outcome.tail, tasks)
+    return replace(referee.settle(outcome), attempt=attempt), tasks
+
+
+def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
+        gang: gangmod.Gang | None = None) -> Outcome:
+    """Drive the job to its end, restarting the whole gang after a failure the restart
+    policy accepts, and publish the final status."""
+    gang = gang or gangmod.Gang(store)
+    job = JobClock()
+    if threading.current_thread() is threading.main_thread():
+        _trap_signals(job)
+    earlier: list[dict] = []
+    attempt = 0
+    while True:
+        gang.start(attempt, earlier)
+        outcome, tasks = run_attempt(spec, store, gang, attempt, job, advertise_host)
+        if not restart_after(spec, outcome, attempt):
+            break
+        words = restart_words(spec, attempt + 1, outcome.message)
+        log(words)
+        earlier.append({"attempt": attempt, "state": outcome.state, "message": outcome.message,
+                        "task": outcome.task, "cause": outcome.cause, "tasks": tasks})
+        store.put(kvmod.PHASE, words)
+        _clear(gang, attempt)
+        attempt += 1
+    final = replace(outcome, message=final_message(spec, outcome, earlier), tasks=tasks,
+                    attempts=tuple(earlier))
     store.put(kvmod.STATUS, final.to_json())
     if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
         store.wait(kvmod.ACK, timeout=ACK_WAIT_S)
     return final
 
 
-def _trap_signals(referee: Referee) -> None:
+def _clear(gang: gangmod.Gang, attempt: int) -> None:
+    try:
+        gang.clear(attempt)
+    except Exception as exc:  # the next gang still starts; YARN ends leftovers with the app
+        log(f"could not kill attempt {attempt + 1}'s leftover containers: {exc!r}")
+
+
+def _trap_signals(job: JobClock) -> None:
     def handler(signum: int, _frame: object) -> None:
-        referee.interrupted = f"the driver received {signal.Signals(signum).name}"
+        job.interrupted = f"the driver received {signal.Signals(signum).name}"
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
@@ -229,7 +320,7 @@ def finish_yarn(store: kvmod.SkeinKV, outcome: Outcome) -> None:
     diagnostics = outcome.message
     if outcome.tail:
         diagnostics += f"\nlast stderr lines of {outcome.task}:\n" + "\n".join(outcome.tail)
-    diagnostics += "\ntasks:\n" + "\n".join(format_tasks(outcome.tasks))
+    diagnostics += "\ntasks:\n" + "\n".join(attempt_tables(outcome))
     try:
         store.app.shutdown(outcome.state, diagnostics)
     except Exception as exc:  # the master script's exit code still carries the status
@@ -245,7 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         spec = JobSpec.from_json(f.read())
     store = kvmod.open_kv(ns.kv)
     settings = Settings.from_environ()
-    outcome = run(spec, store, settings.advertise_host or socket.getfqdn())
+    outcome = run(spec, store, settings.advertise_host or socket.getfqdn(),
+                  gangmod.for_store(store, spec))
     if isinstance(store, kvmod.SkeinKV):
         finish_yarn(store, outcome)
     return exit_code(outcome.state)

@@ -41,7 +41,9 @@ MAX = {
     "heartbeat_s": 3600,
     "name_chars": 1024,
     "per_container": 64,  # -ppn, -wnpg
+    "restarts": 100,  # --max-restarts
 }
+RESTART_ON = ("retryable", "any")  # --restart-on
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,9 @@ class JobSpec:
     stop_grace_s: float = timing.STOP_GRACE_S
     heartbeat_timeout_s: float = timing.HEARTBEAT_TIMEOUT_S
     tasks_per_container: int = 1  # worker-side tasks per container (-ppn / -wnpg)
+    max_restarts: int = 0  # gang restarts after a task failure (--max-restarts)
+    restart_on: str = "retryable"  # which failures restart: retryable | any (--restart-on)
+    checkpoint_dir: str | None = None  # TFYARN_CHECKPOINT_DIR; None: the backend's default
     yarn: YarnOptions = field(default_factory=YarnOptions)
 
     def __post_init__(self) -> None:
@@ -174,6 +179,15 @@ class JobSpec:
         for key, _ in self.env:
             if not ENV_KEY.match(key):
                 raise SpecError(f"--env: {key!r} is not a valid variable name")
+        if not 0 <= self.max_restarts <= MAX["restarts"]:
+            raise SpecError(f"--max-restarts must be 0..{MAX['restarts']}")
+        if self.restart_on not in RESTART_ON:
+            raise SpecError(f"--restart-on: use {' or '.join(RESTART_ON)}, not {self.restart_on!r}")
+
+    @property
+    def attempts(self) -> int:
+        """How many gangs the job may run: the first plus --max-restarts."""
+        return self.max_restarts + 1
 
     def role(self, name: str) -> Role | None:
         return next((r for r in self.roles if r.name == name), None)
@@ -386,6 +400,9 @@ class ElSubmitArgs:
     am_memory: str | None = None
     am_vcores: str | None = None
     heartbeat_timeout: str | None = None
+    max_restarts: str | None = None
+    restart_on: str | None = None
+    checkpoint_dir: str | None = None
     tags: tuple[str, ...] = ()
     force: bool = False
 
@@ -467,16 +484,33 @@ def _check_texts(a: ElSubmitArgs) -> None:
         ("-conf", a.conf, "a Hadoop configuration dir"), ("--queue", a.queue, "a YARN queue"),
         ("--node-label", a.node_label, "a node label expression"),
         ("--python", a.python, "an interpreter"), ("-log_tensorboard", a.log_tensorboard, "a dir"),
+        ("--restart-on", a.restart_on, " or ".join(RESTART_ON)),
+        ("--checkpoint-dir", a.checkpoint_dir, "a dir or hdfs:// URL"),
         *(("--tag", t, "a tag") for t in a.tags),
     ):
         parse_text(flag, value, what)
     for flag, value in (("--timeout", a.timeout), ("-wait_time", a.wait_time),
-                        ("--heartbeat-timeout", a.heartbeat_timeout)):
+                        ("--heartbeat-timeout", a.heartbeat_timeout),
+                        ("--max-restarts", a.max_restarts)):
         if value is not None and not value.strip():
             raise SpecError(f"{flag}: empty value; give a number or leave {flag} out")
     if a.app_name is not None and len(a.app_name) > MAX["name_chars"]:
         raise SpecError(f"-a: the name is {len(a.app_name)} characters; at most "
                         f"{MAX['name_chars']}")
+
+
+def _restarts(a: ElSubmitArgs, cwd: str) -> dict[str, Any]:
+    """--max-restarts, --restart-on and --checkpoint-dir (a local path made absolute:
+    every task runs in a dir of its own)."""
+    restart_on = (a.restart_on or "retryable").strip().lower()
+    if restart_on not in RESTART_ON:
+        raise SpecError(f"--restart-on: use {' or '.join(RESTART_ON)}, not {a.restart_on!r}")
+    ckpt = a.checkpoint_dir
+    if ckpt is not None and "://" not in ckpt:
+        ckpt = os.path.abspath(os.path.join(cwd, os.path.expanduser(ckpt)))
+    return {"max_restarts": parse_int("--max-restarts", a.max_restarts, 0,
+                                      maximum=MAX["restarts"]),
+            "restart_on": restart_on, "checkpoint_dir": ckpt}
 
 
 def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
@@ -520,6 +554,7 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
         register_timeout_s=float(wait * 60),
         timeout_s=float(timeout) if timeout else None,
         heartbeat_timeout_s=float(heartbeat),
+        **_restarts(a, cwd),
         yarn=YarnOptions(
             queue=a.queue,
             node_label=a.node_label,

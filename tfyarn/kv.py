@@ -2,10 +2,16 @@
 
 Two stores, same keys, same code path: a directory of files (local mode) and skein's
 key-value store (YARN). Values are UTF-8 strings, usually JSON.
+
+Job keys (STATUS, PHASE, CLIENT, ACK, KILL, ATTEMPT) live at the top. Everything one gang
+of launchers writes or reads (CLUSTER, STOP, RANKS, task/...) lives under its attempt's
+prefix (`attempt/<k>/`, see `Scoped`), so a restarted gang never reads an address, an exit
+or a stop request of an earlier one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import threading
@@ -25,6 +31,7 @@ CLIENT = "client"  # put by a watching el_submit; the driver then waits for its 
 ACK = "status_ack"  # the client has read STATUS; the AM (and its store) may go
 KILL = "kill"  # reason text; put by a client (Ctrl-C, `tfyarn kill`) to ask the driver to stop
 RANKS = "ranks"  # allreduce jobs: rank table, master and rendezvous, put just before CLUSTER
+ATTEMPT = "attempt"  # JSON {"attempt": k, "attempts": [earlier outcomes]}: the gang now wanted
 
 
 def addr_key(task: Task) -> str:
@@ -173,6 +180,35 @@ class SkeinKV(KV):
             except queue.Empty:
                 return None
         return event.result.value.decode("utf-8")
+
+
+class Scoped(KV):
+    """One attempt's view of a store: every key under `attempt/<k>/`."""
+
+    def __init__(self, store: KV, attempt: int) -> None:
+        self.store, self.attempt = store, attempt
+        self.prefix = f"attempt/{attempt}/"
+        self.poll_s = store.poll_s
+
+    def put(self, key: str, value: str) -> None:
+        self.store.put(self.prefix + key, value)
+
+    def get(self, key: str) -> str | None:
+        return self.store.get(self.prefix + key)
+
+    def scan(self, prefix: str) -> dict[str, str]:
+        n = len(self.prefix)
+        return {k[n:]: v for k, v in self.store.scan(self.prefix + prefix).items()}
+
+    def wait(self, key: str, timeout: float | None = None,
+             poll_s: float | None = None) -> str | None:
+        return self.store.wait(self.prefix + key, timeout, poll_s)
+
+
+def current_attempt(store: KV) -> int:
+    """The attempt the driver last started (0 before any restart)."""
+    raw = store.get(ATTEMPT)
+    return 0 if raw is None else int(json.loads(raw)["attempt"])
 
 
 def open_kv(url: str) -> KV:

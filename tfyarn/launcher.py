@@ -35,6 +35,8 @@ from tfyarn.tfconfig import (
     Rank,
     Task,
     allreduce_env,
+    attempt_env,
+    checkpoint_dir,
     container_devices,
     device_env,
     identity_env,
@@ -201,6 +203,7 @@ class LaunchArgs:
     store_url: str
     gpus: str  # "auto" (YARN: ask the container), "none", or a list of device ids
     docker_image: str | None
+    attempt: int = 0  # which gang of the job this launcher belongs to (restarts)
 
 
 def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
@@ -211,11 +214,13 @@ def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
     p.add_argument("--kv", required=True, help="dir:/path or skein:")
     p.add_argument("--gpus", default="auto", help="GPU ids of this container, none, or auto")
     p.add_argument("--docker-image", help="local -m docker: run the command in this image")
+    p.add_argument("--attempt", type=int, default=0, help="the gang's attempt number (0 first; "
+                   "never derived: keys are read and written under it)")
     ns = p.parse_args(argv)
     with open(ns.job, encoding="utf-8") as f:
         job = JobSpec.from_json(f.read())
     tasks = tuple(Task.parse(t) for t in ns.tasks.split(","))
-    return LaunchArgs(job, tasks, ns.kv, ns.gpus, ns.docker_image)
+    return LaunchArgs(job, tasks, ns.kv, ns.gpus, ns.docker_image, ns.attempt)
 
 
 @dataclass
@@ -274,6 +279,8 @@ class Launcher:
             env.update(allreduce_env(rank, ranks["master"], ranks["rendezvous"]))
             vcores = job.container_of(slot.task).resources.vcores
             env.update(thread_env(vcores, len(self.args.tasks), {**os.environ, **env}))
+        env.update(attempt_env(self.args.attempt, checkpoint_dir(
+            job.checkpoint_dir, job_id, self.settings.user)))
         k = len(self.args.tasks)
         env.update(device_env(devices, k, slot.index, shared=not job.allreduce))
         env.update(hdfs.task_env({**os.environ, **env}))  # `import tensorflow` reads hdfs://
@@ -337,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     flag = StopFlag()
     install_signal_handlers(flag)
     settings = Settings.from_environ()
-    store = kvmod.open_kv(args.store_url)
+    store = kvmod.Scoped(kvmod.open_kv(args.store_url), args.attempt)
     done = threading.Event()
     launcher = Launcher(args, settings, store, flag, tag, watchdog)
     try:

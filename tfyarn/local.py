@@ -12,6 +12,7 @@ client sweeps what is left when it can.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import json
 import os
@@ -32,10 +33,23 @@ from tfyarn import proc
 from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError
 from tfyarn.interrupts import Interrupts
 from tfyarn.jobspec import Container, JobSpec
-from tfyarn.policy import EXIT_TFYARN, Outcome, elapsed_words, exit_code, plural, signal_of
+from tfyarn.policy import (
+    EXIT_TFYARN,
+    Outcome,
+    elapsed_words,
+    exit_code,
+    plural,
+    signal_of,
+)
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task
-from tfyarn.timing import FOLLOW_S, LOCAL_DRIVER_SLACK_S, LOCAL_STOP_WAIT_S, STOP_REPORT_S
+from tfyarn.timing import (
+    FOLLOW_S,
+    LOCAL_DRIVER_SLACK_S,
+    LOCAL_STOP_WAIT_S,
+    RESTART_EXIT_WAIT_S,
+    STOP_REPORT_S,
+)
 
 JOB_DIR_PREFIX = "tfyarn-"
 
@@ -217,8 +231,9 @@ def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory, settings: Settings
     for container in spec.containers():
         os.makedirs(jd.task_dir(container))
         filesmod.link_into(names, jd.shared_files, jd.task_dir(container))
+    ckpt = spec.checkpoint_dir or os.path.join(jd.root, "checkpoints")  # restarts resume here
     with open(jd.job_json, "w", encoding="utf-8") as f:
-        f.write(spec.to_json())
+        f.write(dataclasses.replace(spec, checkpoint_dir=ckpt).to_json())
     if spec.runtime.mode == "virtual-env":
         return unpack_env(spec.runtime.arg or "", os.path.join(jd.root, "env"))
     return os.path.dirname(sys.executable)
@@ -236,6 +251,7 @@ class Procs:
     follower: proc.Follower
     driver: subprocess.Popen | None = None
     launchers: dict[Container, subprocess.Popen] = field(default_factory=dict)
+    attempt: int = 0  # the gang `launchers` belong to
 
     def all(self) -> list[subprocess.Popen]:
         return [p for p in (self.driver, *self.launchers.values()) if p is not None]
@@ -262,14 +278,27 @@ def base_env(settings: Settings, job_id: str, path_prefix: str) -> dict[str, str
 
 def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
               gpus: dict[str, str]) -> None:
-    """Driver first, then one launcher per container; stops spawning as soon as a signal
-    came. A one-task container's lines are prefixed `[task] ` here; a launcher of several
-    prefixes each process's lines itself."""
+    """Driver first, then attempt 0's launchers."""
     jd, py = procs.jd, sys.executable
     try:
         procs.driver = procs.spawn("driver", "", [py, "-m", "tfyarn.driver", "--job",
                                                   jd.job_json, "--kv", jd.kv_url], jd.root, env)
-        docker = ["--docker-image", spec.runtime.arg or ""] if spec.runtime.mode == "docker" else []
+    except OSError as exc:
+        raise EnvironmentMissing(f"could not start tfyarn's driver: {exc}; raise the limits "
+                                 "(ulimit -n, ulimit -u)") from None
+    start_launchers(spec, procs, env, interrupts, gpus)
+
+
+def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
+                    gpus: dict[str, str]) -> None:
+    """One launcher per container for the attempt in `procs.attempt`; stops spawning as
+    soon as a signal came. A one-task container's lines are prefixed `[task] ` here; a
+    launcher of several prefixes each process's lines itself. A restarted container
+    appends to the same log file."""
+    jd, py = procs.jd, sys.executable
+    docker = ["--docker-image", spec.runtime.arg or ""] if spec.runtime.mode == "docker" else []
+    procs.launchers = {}
+    try:
         for c in spec.containers():
             if interrupts.count:
                 return
@@ -277,13 +306,26 @@ def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Inte
             prefix = f"[{c.tasks[0]}] " if len(c.tasks) == 1 else ""
             procs.launchers[c] = procs.spawn(
                 c.name, prefix, [py, "-m", "tfyarn.launcher", "--job", jd.job_json, "--tasks",
-                                 tasks, "--kv", jd.kv_url, "--gpus", gpus[c.name], *docker],
+                                 tasks, "--kv", jd.kv_url, "--gpus", gpus[c.name],
+                                 "--attempt", str(procs.attempt), *docker],
                 jd.task_dir(c), env)
     except OSError as exc:
         raise EnvironmentMissing(
             f"could not start the job's processes after {len(procs.all())} of "
             f"{len(spec.tasks()) + 1}: {exc}; raise the limits (ulimit -n for open files, "
             "ulimit -u for processes) or run fewer tasks") from None
+
+
+def end_launchers(launchers: Iterable[subprocess.Popen], timeout: float) -> None:
+    """An earlier gang's launchers: they exit by themselves once they reported; one that
+    did not in time is killed with its group (its watchdog ends what it started)."""
+    launchers = list(launchers)
+    wait_procs(launchers, timeout)
+    for p in launchers:
+        if p.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
 
 
 # ---------------------------------------------------------------- teardown
@@ -363,17 +405,19 @@ class LocalJob:
             terminal = getattr(sys.stderr, "buffer", None)  # None when stderr is closed
             procs = Procs(jd, proc.Follower(terminal, FOLLOW_S).start())
             try:
-                start_all(self.spec, procs, base_env(self.settings, self.job_id, prefix),
-                          self.interrupts, gpus)
-                self._watch(procs)
+                env = base_env(self.settings, self.job_id, prefix)
+                start_all(self.spec, procs, env, self.interrupts, gpus)
+                self._watch(procs, lambda: start_launchers(self.spec, procs, env,
+                                                           self.interrupts, gpus))
             finally:
                 wait_procs(reported(procs), STOP_REPORT_S, cut=lambda: self.interrupts.count >= 2)
                 kill_all(procs.all(), self.job_id, self.spec.runtime.mode == "docker")
                 procs.follower.stop()
         return self._finish(jd)
 
-    def _watch(self, procs: Procs) -> None:
-        """Wait for the driver; report dead launchers; act on signals and deadlines."""
+    def _watch(self, procs: Procs, relaunch: Callable[[], None]) -> None:
+        """Wait for the driver; start the gang of each new attempt it asks for; report
+        dead launchers; act on signals and deadlines."""
         store = kvmod.open_kv(procs.jd.kv_url)
         asked_at: float | None = None
         limit = None if self.spec.timeout_s is None else self.spec.timeout_s + LOCAL_DRIVER_SLACK_S
@@ -392,13 +436,26 @@ class LocalJob:
             if limit is not None and time.monotonic() - self.started > limit:
                 say("the driver did not end the job after --timeout; killing every task")
                 return
-            report_dead_launchers(procs, store)
+            if asked_at is None:
+                self._next_attempt(procs, store, relaunch)
+            report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt))
             with contextlib.suppress(subprocess.TimeoutExpired):
                 procs.driver.wait(timeout=FOLLOW_S)
         if procs.driver is not None and store.get(kvmod.STATUS) is None:
             say(f"the driver ended without a final status ({describe_rc(procs.driver)}); "
                 "stopping every task")
-            store.put(kvmod.STOP, "the driver died")
+            kvmod.Scoped(store, procs.attempt).put(kvmod.STOP, "the driver died")
+
+    def _next_attempt(self, procs: Procs, store: kvmod.KV,
+                      relaunch: Callable[[], None]) -> None:
+        """The driver restarts the gang (its log, on the terminal, says why): end the old
+        launchers, start new ones."""
+        attempt = kvmod.current_attempt(store)
+        if attempt <= procs.attempt:
+            return
+        end_launchers(procs.launchers.values(), RESTART_EXIT_WAIT_S)
+        procs.attempt = attempt
+        relaunch()
 
     def _stop_wait(self) -> float:
         return self.spec.stop_grace_s + LOCAL_STOP_WAIT_S
@@ -429,7 +486,7 @@ class LocalJob:
 def reported(procs: Procs) -> list[subprocess.Popen]:
     """Launchers that published their exit record, so are about to exit by themselves;
     the others (frozen, or never told) are killed without waiting."""
-    store = kvmod.open_kv(procs.jd.kv_url)
+    store = kvmod.Scoped(kvmod.open_kv(procs.jd.kv_url), procs.attempt)
     return [p for c, p in procs.launchers.items()
             if all(store.get(kvmod.exit_key(t)) is not None for t in c.tasks)]
 

@@ -96,10 +96,14 @@ def signal_of(code: int | None) -> signal.Signals | None:
 
 
 def describe_exit(task: Task | str, rec: Mapping) -> str:
-    """`worker:1 exited with code 3`, `... was killed by SIGKILL`, `... launcher lost (...)`."""
+    """`worker:1 exited with code 3`, `... was killed by SIGKILL`, `... launcher lost (...)`,
+    `... was preempted by YARN (...)`."""
     code = rec.get("code")
     if rec.get("rank") is not None:
         task = f"{task} (rank {rec['rank']})"
+    if rec.get("yarn"):
+        phrase = rec.get("reason") or ""
+        return f"{task} {phrase}" if phrase.startswith("was ") else f"{task}: {phrase}"
     if rec.get("lost"):
         return f"{task}: launcher lost ({rec.get('reason')})"
     if rec.get("stopped"):
@@ -111,13 +115,82 @@ def describe_exit(task: Task | str, rec: Mapping) -> str:
     return f"{task} exited with code {code}"
 
 
+def merge_records(exits: Mapping[Task, dict], lost: Mapping[Task, dict],
+                  ends: Mapping[Task, dict]) -> dict[Task, dict]:
+    """One record per task. A launcher's exit record wins over a lost record; YARN's word
+    on a container it ended (`ends`) wins over both, unless the task's own exit code was
+    reported: a launcher that reports "stopped by SIGTERM" was stopped by that very kill."""
+    out = {**lost, **exits}
+    for task, rec in ends.items():
+        if task not in exits or exits[task].get("stopped"):
+            out[task] = {**rec, "time": out.get(task, rec).get("time", rec.get("time", 0))}
+    return out
+
+
+def needs_yarn_word(rec: Mapping | None) -> bool:
+    """A failure the launcher could not explain (stopped from outside, lost): on YARN the
+    container's end says what happened (memory kill: permanent; preemption: retryable)."""
+    return rec is not None and not rec.get("yarn") and (bool(rec.get("stopped"))
+                                                        or bool(rec.get("lost")))
+
+
 def _failed(rec: Mapping) -> bool:
     return rec.get("code") != 0 or bool(rec.get("stopped")) or bool(rec.get("lost"))
 
 
+# ---------------------------------------------------------------- failure causes
+
+RETRYABLE = "retryable"  # not the code's fault: a signal, preemption, a lost node or launcher
+PERMANENT = "permanent"  # would fail again: exit codes 1-127, a memory kill, tfyarn errors
+
+# What YARN says, through skein's container exit message, about a container it ended
+# (exit statuses -100 lost/aborted, -101 disks, -102 preempted, -103/-104 memory):
+# words to find (lower case), the cause, and how the task's end is told.
+YARN_ENDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("exceeding memory", "beyond physical memory", "beyond virtual memory",
+      "exceeded memory", "memory limit"), PERMANENT, "memory"),
+    (("preempt",), RETRYABLE, "was preempted by YARN"),
+    (("lost* node", "lost node", "node lost"), RETRYABLE, "was lost with its node"),
+    (("decommission",), RETRYABLE, "was lost with its node (decommissioned)"),
+    (("disk",), RETRYABLE, "was lost to a disk failure on its node"),
+    (("failed during execution",), RETRYABLE,
+     "was killed: its container's process died before reporting (kill -9, OOM killer)"),
+)
+
+
+def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float) -> dict:
+    """The record of a task whose container YARN ended before its launcher reported,
+    from skein's exit message: a memory kill says which flag to raise."""
+    low = message.lower()
+    cause, phrase = RETRYABLE, f"was lost: its container ended ({message.strip()})"
+    for words, kind, how in YARN_ENDS:
+        if any(w in low for w in words):
+            cause, phrase = kind, how
+            break
+    if phrase == "memory":
+        phrase = (f"container killed for exceeding its memory: raise {memory_flag} "
+                  f"(now {memory_mb} MB)")
+    return {"code": None, "lost": True, "yarn": message.strip(), "cause": cause,
+            "reason": f"{phrase} [YARN: {cut_line(message.strip())}]", "time": wall_time}
+
+
+def cause_of(rec: Mapping) -> str:
+    """Retryable or permanent, as Kubeflow's ExitCode policy splits them: killed by a
+    signal, lost, stopped from outside, or exit codes 128-255 are retryable; exit codes
+    1-127 (the code's own failure) are permanent; YARN's word wins when there is one."""
+    if rec.get("cause"):
+        return str(rec["cause"])
+    code = rec.get("code")
+    if rec.get("lost") or rec.get("stopped") or code is None:
+        return RETRYABLE
+    return RETRYABLE if code < 0 or SIGNAL_BASE <= code <= 255 else PERMANENT
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """How a job ended and why; `task`/`code`/`tail` name the task that decided it."""
+    """How a job (or one attempt of it) ended and why; `task`/`code`/`tail` name the task
+    that decided it, `cause` whether that failure may be retried (None: no task failure
+    decided it), `attempts` the earlier attempts' outcomes (restarts)."""
 
     state: str
     message: str
@@ -125,6 +198,9 @@ class Outcome:
     code: int | None = None
     tail: tuple[str, ...] = ()
     tasks: Mapping[str, dict] = field(default_factory=dict)
+    cause: str | None = None
+    attempt: int = 0
+    attempts: tuple[dict, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -141,6 +217,7 @@ class Outcome:
     def from_json(cls, text: str) -> Outcome:
         d = json.loads(text)
         d["tail"] = tuple(d.get("tail", ()))
+        d["attempts"] = tuple(d.get("attempts", ()))
         return cls(**d)
 
 
@@ -163,11 +240,43 @@ def decide(spec: JobSpec, records: Mapping[Task, Mapping]) -> Outcome | None:
         _, _, task = min(failed)
         rec = records[task]
         return Outcome("FAILED", describe_exit(task, rec), str(task), rec.get("code"),
-                       tuple(rec.get("tail", ())))
+                       tuple(rec.get("tail", ())), cause=cause_of(rec))
     n = len(spec.tasks())
     if len(records) == n:
         return Outcome("SUCCEEDED", f"all {plural(n, 'task')} exited with code 0")
     return None
+
+
+# ---------------------------------------------------------------- restarts
+
+
+def restart_after(spec: JobSpec, outcome: Outcome, attempt: int) -> bool:
+    """Whether the gang of `attempt` (0-based), ended by `outcome`, is followed by a new
+    one: a task failure (never a kill, --timeout or -wait_time), attempts left, and a
+    cause --restart-on accepts."""
+    return (outcome.state == "FAILED" and outcome.cause is not None
+            and attempt < spec.max_restarts
+            and (spec.restart_on == "any" or outcome.cause == RETRYABLE))
+
+
+def restart_words(spec: JobSpec, attempt: int, why: str) -> str:
+    """`attempt 2/3: restarting after worker:1 was preempted by YARN`; `attempt` is the
+    new gang's 0-based number (TFYARN_ATTEMPT), `why` how the previous one ended."""
+    return f"attempt {attempt + 1}/{spec.attempts}: restarting after {why}"
+
+
+def final_message(spec: JobSpec, outcome: Outcome, earlier: Sequence[Mapping]) -> str:
+    """The last attempt's message, naming every earlier attempt's failure, and why a
+    failure was not retried when restarts were allowed."""
+    msg = outcome.message
+    if outcome.state == "FAILED" and outcome.cause == PERMANENT and spec.max_restarts \
+            and spec.restart_on != "any" and outcome.attempt < spec.max_restarts:
+        msg += (" (not restarted: exit codes 1-127 and memory kills are permanent; "
+                "--restart-on any retries them)")
+    if earlier:
+        before = "; ".join(f"attempt {a['attempt'] + 1}: {a['message']}" for a in earlier)
+        msg += f" [attempt {outcome.attempt + 1}/{spec.attempts}; earlier: {before}]"
+    return msg
 
 
 # ---------------------------------------------------------------- liveness
@@ -213,6 +322,18 @@ def elapsed_words(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def attempt_tables(outcome: Outcome) -> list[str]:
+    """The task table; after restarts, one per attempt, each headed by how it ended."""
+    if not outcome.attempts:
+        return format_tasks(outcome.tasks)
+    lines = []
+    for a in outcome.attempts:
+        lines.append(f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}")
+        lines += [f"  {line}" for line in format_tasks(a.get("tasks", {}))]
+    lines.append(f"attempt {outcome.attempt + 1}: {outcome.state}")
+    return lines + [f"  {line}" for line in format_tasks(outcome.tasks)]
 
 
 def format_tasks(tasks: Mapping[str, Mapping]) -> list[str]:

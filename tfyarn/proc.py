@@ -274,7 +274,10 @@ class Follower:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def add(self, path: str, prefix: str) -> None:
+        """Follow `path` (again: a no-op, so a restarted process can append to its log)."""
         with self.lock:
+            if path in self.files:
+                return
             self.files[path] = (prefix, b"")
             self.offsets.setdefault(path, 0)
 

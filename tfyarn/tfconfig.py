@@ -67,6 +67,17 @@ def identity_env(task: Task, job_id: str, num_tasks: int) -> dict[str, str]:
             "TFYARN_JOB_ID": job_id, "TFYARN_NUM_TASKS": str(num_tasks)}
 
 
+def checkpoint_dir(given: str | None, job_id: str, user: str) -> str:
+    """--checkpoint-dir, else (on YARN: the local client always gives one) a dir per
+    application under the user's HDFS home, which every container can reach."""
+    return given or f"hdfs:///user/{user}/.tfyarn/checkpoints/{job_id}"
+
+
+def attempt_env(attempt: int, checkpoints: str) -> dict[str, str]:
+    """Restarts: which gang this is (0 first) and where to save and resume from."""
+    return {"TFYARN_ATTEMPT": str(attempt), "TFYARN_CHECKPOINT_DIR": checkpoints}
+
+
 def task_env(cluster: Mapping[str, list[str]], task: Task, job_id: str) -> dict[str, str]:
     """A TF task's place in the job: TF_CONFIG and its identity."""
     num = sum(len(v) for v in cluster.values())

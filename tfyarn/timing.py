@@ -28,6 +28,11 @@ RUNNING_POLL_S = 0.1  # driver scans once training runs: exits need no 20 ms rea
 
 # --- driver
 STOP_REPORT_S = 5.0  # after the stop grace, how long to wait for launchers to report
+CONTAINER_POLL_S = 1.0  # YARN: how often the driver asks skein which containers ended
+CONTAINER_END_WAIT_S = 12.0  # YARN: how long a failure the launcher could not explain
+# (stopped by a signal, lost) waits for YARN's word on its container (preempted, memory):
+# the AM hears of an ended container within its allocate heartbeat (up to 5 s) plus the
+# NodeManager's (1 s); the word decides whether the failure is retried
 ACK_WAIT_S = 5.0  # how long the AM stays for a watching client to read the final status
 
 # --- clients
@@ -35,6 +40,8 @@ YARN_POLL_S = 1.0  # el_submit's application report interval (each is an RM call
 LOCAL_DRIVER_SLACK_S = 30.0  # local client: driver must end within --timeout plus this
 LOCAL_STOP_WAIT_S = 15.0  # after asking the driver to stop (Ctrl-C), before killing all
 FOLLOW_S = 0.1  # local client: how often task log files are read for the terminal
+RESTART_EXIT_WAIT_S = 2.0  # local restart: an old launcher has reported (the driver waited
+# for it), so it is exiting; past this it is killed with its group
 YARN_KILL_WAIT_S = 30.0  # orderly `tfyarn kill`: wait this (plus grace) before forcing
 REST_TIMEOUT_S = 10.0  # one ResourceManager REST call
 

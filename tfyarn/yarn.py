@@ -29,7 +29,14 @@ from tfyarn import kv as kvmod
 from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError, TfYarnError
 from tfyarn.interrupts import Interrupts
 from tfyarn.jobspec import JobSpec
-from tfyarn.policy import STATE_EXIT, Outcome, elapsed_words, exit_code, format_tasks
+from tfyarn.policy import (
+    STATE_EXIT,
+    Outcome,
+    attempt_tables,
+    elapsed_words,
+    exit_code,
+    restart_words,
+)
 from tfyarn.settings import Settings
 from tfyarn.tfconfig import Task
 from tfyarn.timing import YARN_KILL_WAIT_S, YARN_POLL_S
@@ -328,6 +335,7 @@ class Watcher:
     outcome: Outcome | None = None
     failures: int = 0
     begun: float = field(default_factory=time.monotonic)
+    attempt: int = 0
 
     def run(self) -> int:
         while True:
@@ -395,7 +403,7 @@ class Watcher:
             self.store = None
 
     def _read_store(self, store: kvmod.SkeinKV) -> None:
-        keys = store.scan("task/")
+        keys = kvmod.Scoped(store, self._attempt(store)).scan("task/")
         n = len(self.spec.tasks())
         registered = sum(k.endswith("/addr") for k in keys)
         if registered != self.registered:
@@ -414,6 +422,16 @@ class Watcher:
             self.outcome = Outcome.from_json(raw)
             store.put(kvmod.ACK, "1")
 
+    def _attempt(self, store: kvmod.SkeinKV) -> int:
+        """The gang now running; a restart is said once, with why."""
+        raw = store.get(kvmod.ATTEMPT)
+        wanted = json.loads(raw) if raw else {"attempt": 0, "attempts": []}
+        if wanted["attempt"] > self.attempt:
+            self.attempt = wanted["attempt"]
+            say(restart_words(self.spec, self.attempt, wanted["attempts"][-1]["message"]))
+            self.registered, self.started = -1, set()
+        return self.attempt
+
     def _print_log_url(self, store: kvmod.SkeinKV, task: str) -> None:
         name = appspec.service_name(Task.parse(task), self.spec)
         try:
@@ -427,7 +445,7 @@ class Watcher:
         final = str(rep.final_status)
         if self.outcome is not None:
             say("tasks:")
-            for line in format_tasks(self.outcome.tasks):
+            for line in attempt_tables(self.outcome):
                 say(f"  {line}")
         state = final if final in STATE_EXIT else ("KILLED" if self.state == "KILLED" else "FAILED")
         if state == "SUCCEEDED":
@@ -491,17 +509,22 @@ def status(app_id: str, opts: ClientOptions | None = None, tasks: bool = False) 
 
 
 def live_tasks(store: kvmod.KV) -> list[str]:
-    """Per-task lines while the job runs: address, and exit code once it has one."""
-    keys = store.scan("task/")
-    tasks = sorted({k.split("/")[1] for k in keys})
-    out = []
-    for task in tasks:
+    """Per-task lines while the job runs (address, exit code once it has one), for the
+    current attempt, after one line per earlier attempt saying how it ended."""
+    raw = store.get(kvmod.ATTEMPT)
+    wanted = json.loads(raw) if raw else {"attempt": 0, "attempts": []}
+    out = [f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}"
+           for a in wanted["attempts"]]
+    if out:
+        out.append(f"attempt {wanted['attempt'] + 1}: running")
+    keys = kvmod.Scoped(store, wanted["attempt"]).scan("task/")
+    for task in sorted({k.split("/")[1] for k in keys}):
         addr = keys.get(f"task/{task}/addr", "-")
         ended = keys.get(f"task/{task}/exit")
         code = json.loads(ended).get("code") if ended else None
         state = f"exit {code}" if ended else ("running" if f"task/{task}/started" in keys
                                                else "registered")
-        out.append(f"{task:<12} {addr:<30} {state}")
+        out.append(f"{'  ' if wanted['attempts'] else ''}{task:<12} {addr:<30} {state}")
     return out
 
 

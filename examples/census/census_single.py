@@ -9,6 +9,10 @@ One script, every way el_submit runs it:
   - -t tensorflow-worker -wn N: MultiWorkerMirroredStrategy custom loop on every worker.
 Reads adult.data / adult.test from the working dir or --data-dir (anything tf.io.gfile
 opens, hdfs:// included). Prints `eval_accuracy=0.xxxx` on its own line at the end.
+
+Saves a checkpoint after every epoch in --checkpoint-dir (default: tfyarn's
+TFYARN_CHECKPOINT_DIR) and resumes from the latest one, printing `resumed from epoch K`:
+so a job restarted by tfyarn (--max-restarts) goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -46,6 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--learning-rate", type=float, default=0.002)
     p.add_argument("--synthetic", action="store_true", help="small made-up census-shaped data")
+    p.add_argument("--checkpoint-dir", default=os.environ.get("TFYARN_CHECKPOINT_DIR"),
+                   help="save each epoch here and resume from the latest (default "
+                        "$TFYARN_CHECKPOINT_DIR; none: no checkpoints)")
     return p.parse_args(argv)
 
 
@@ -203,6 +210,37 @@ def evaluate(model, features: dict, labels: np.ndarray, batch: int = 4096) -> fl
     return float(np.mean((logits > 0) == (labels > 0.5)))
 
 
+class Epochs:
+    """Per-epoch checkpoints (model and optimizer) in `directory`: `start` is the epoch to
+    resume from. Every MWMS worker must save (saving is collective), but only the one
+    that `writes` keeps its files; the others save into a scratch dir they remove."""
+
+    def __init__(self, directory: str | None, model, optimizer, writes: bool = True) -> None:
+        import tensorflow as tf
+
+        self.start, self.manager = 0, None
+        if not directory:
+            return
+        ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
+        self.scratch = None if writes else f"{directory.rstrip('/')}/.scratch-{os.getpid()}"
+        self.manager = tf.train.CheckpointManager(ckpt, self.scratch or directory, max_to_keep=2)
+        latest = tf.train.latest_checkpoint(directory)
+        if latest:
+            ckpt.restore(latest)
+            self.start = int(latest.rsplit("-", 1)[1])
+            print(f"resumed from epoch {self.start}", flush=True)
+
+    def done(self, epoch: int) -> None:
+        """Epoch `epoch` (counted from 1) is complete: save it."""
+        if self.manager is None:
+            return
+        self.manager.save(checkpoint_number=epoch)
+        if self.scratch:
+            import tensorflow as tf
+
+            tf.io.gfile.rmtree(self.scratch)
+
+
 def train_here(args, enc, train, labels):
     """Single process (plain run, standalone, or chief with no workers)."""
     import keras
@@ -210,10 +248,14 @@ def train_here(args, enc, train, labels):
 
     model = build_model(enc)
     optimizer = keras.optimizers.Adam(args.learning_rate)
+    optimizer.build(model.trainable_variables)
+    epochs = Epochs(args.checkpoint_dir, model, optimizer)
     step = make_step(tf.distribute.get_strategy(), model, optimizer, args.batch_size)
     it = iter(dataset(train, labels, args.batch_size, repeat=True))
-    for _ in range(args.epochs * (len(labels) // args.batch_size)):
-        step(it)
+    for epoch in range(epochs.start, args.epochs):
+        for _ in range(len(labels) // args.batch_size):
+            step(it)
+        epochs.done(epoch + 1)
     return model
 
 
@@ -228,15 +270,18 @@ def train_ps(args, enc, train, labels, resolver):
         model = build_model(enc)
         optimizer = keras.optimizers.Adam(args.learning_rate)
         optimizer.build(model.trainable_variables)
+        epochs = Epochs(args.checkpoint_dir, model, optimizer)
     step = make_step(strategy, model, optimizer, args.batch_size)
 
     def per_worker():
         return dataset(train, labels, args.batch_size, repeat=True)
 
     it = iter(coordinator.create_per_worker_dataset(per_worker))
-    for _ in range(args.epochs * (len(labels) // args.batch_size)):
-        coordinator.schedule(step, args=(it,))
-    coordinator.join()
+    for epoch in range(epochs.start, args.epochs):
+        for _ in range(len(labels) // args.batch_size):
+            coordinator.schedule(step, args=(it,))
+        coordinator.join()
+        epochs.done(epoch + 1)
     return model
 
 
@@ -251,12 +296,16 @@ def train_mwms(args, enc, train, labels):
         model = build_model(enc)
         optimizer = keras.optimizers.Adam(args.learning_rate)
         optimizer.build(model.trainable_variables)
+        epochs = Epochs(args.checkpoint_dir, model, optimizer,
+                        writes=strategy.cluster_resolver.task_id == 0)
     per_replica = args.batch_size // strategy.num_replicas_in_sync
     ds = dataset(train, labels, per_replica * strategy.num_replicas_in_sync, repeat=True)
     it = iter(strategy.experimental_distribute_dataset(ds))
     step = make_step(strategy, model, optimizer, args.batch_size)
-    for _ in range(args.epochs * (len(labels) // args.batch_size)):
-        step(it)
+    for epoch in range(epochs.start, args.epochs):
+        for _ in range(len(labels) // args.batch_size):
+            step(it)
+        epochs.done(epoch + 1)
     return model
 
 

@@ -1,0 +1,152 @@
+"""Gang restarts (--max-restarts, --restart-on) with real local processes: the driver
+classifies each failure, stops every task and starts a new gang whose keys, addresses and
+TF_CONFIG belong to the new attempt only."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from conftest import job_processes
+
+from tfyarn import policy
+from tfyarn.jobspec import JobSpec, Resources, Role
+from tfyarn.tfconfig import Task
+
+# worker:1 kills itself with SIGKILL in attempt 0 only; everyone else sleeps a moment
+KILL_ONCE = ('if [ "$TFYARN_ATTEMPT" = 0 ] && [ "$TFYARN_TASK_INDEX" = 1 ]; then kill -9 $$; '
+             'fi; sleep 1')
+WORKERS = ("-t", "tensorflow-worker", "-wn", "2", "--local")
+
+
+def test_sigkill_in_attempt_0_restarts_the_gang_and_succeeds(el_submit):
+    out = el_submit(*WORKERS, "--max-restarts", "2", "-c", KILL_ONCE)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "attempt 2/3: restarting after worker:1 was killed by SIGKILL" in out.stderr
+    assert "SUCCEEDED" in out.stderr and "earlier: attempt 1: worker:1 was killed" in out.stderr
+    # every task was restarted, the one that was fine too: 2 registrations each
+    assert len(re.findall(r"worker:0: registered at", out.stderr)) == 2
+    assert job_processes(out.stdout.strip()) == []
+
+
+def test_without_restarts_the_same_failure_fails_naming_it(el_submit):
+    out = el_submit(*WORKERS, "-c", KILL_ONCE)
+    assert out.returncode == 1
+    assert "FAILED: worker:1 was killed by SIGKILL" in out.stderr
+    assert "restarting" not in out.stderr
+    assert job_processes(out.stdout.strip()) == []
+
+
+def test_exit_1_is_permanent_unless_restart_on_any(el_submit):
+    fail = 'if [ "$TFYARN_TASK_INDEX" = 1 ]; then echo bad input >&2; exit 1; fi; sleep 5'
+    out = el_submit(*WORKERS, "--max-restarts", "2", "-c", fail)
+    assert out.returncode == 1
+    assert "restarting" not in out.stderr
+    assert "not restarted: exit codes 1-127" in out.stderr and "--restart-on any" in out.stderr
+    out = el_submit(*WORKERS, "--max-restarts", "2", "--restart-on", "any", "-c", fail)
+    assert out.returncode == 1
+    assert out.stderr.count("restarting after worker:1 exited with code 1") == 2
+    # exhausted: every attempt's failing task is named
+    assert ("[attempt 3/3; earlier: attempt 1: worker:1 exited with code 1; attempt 2: "
+            "worker:1 exited with code 1]") in out.stderr
+    assert "bad input" in out.stderr
+    assert job_processes(out.stdout.strip()) == []
+
+
+def test_a_new_attempt_sees_nothing_of_the_old_one(el_submit, tmp_path):
+    """Attempt 0: worker:0 exits 0 at once, then worker:1 dies. Had attempt 1 read attempt
+    0's exit record, worker:0 would count as done and be stopped before it wrote `done`;
+    had it read attempt 0's addresses, its TF_CONFIG would name dead ports."""
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    cmd = (f'echo "$TF_CONFIG" > {seen}/$TFYARN_ATTEMPT-$TFYARN_TASK_INDEX; '
+           'case "$TFYARN_ATTEMPT-$TFYARN_TASK_INDEX" in '
+           '0-0) exit 0;; 0-1) sleep 1; kill -9 $$;; '
+           f'1-0) sleep 2; touch {seen}/done;; esac')
+    out = el_submit(*WORKERS, "--max-restarts", "1", "-c", cmd)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert (seen / "done").exists(), "attempt 1's worker:0 was cut short by a stale exit"
+    clusters = {name: json.loads((seen / name).read_text())["cluster"]["worker"]
+                for name in ("0-0", "0-1", "1-0", "1-1")}
+    assert clusters["1-0"] == clusters["1-1"]
+    assert not set(clusters["1-0"]) & set(clusters["0-0"])
+    registered = re.findall(r"worker:\d: registered at (\S+)", out.stderr)
+    assert sorted(clusters["1-0"]) == sorted(registered[2:])
+
+
+def test_checkpoint_dir_and_attempt_reach_every_task(el_submit, tmp_path):
+    ckpt = tmp_path / "ckpt"
+    out = el_submit(*WORKERS, "--checkpoint-dir", str(ckpt), "-c",
+                    'echo "attempt=$TFYARN_ATTEMPT dir=$TFYARN_CHECKPOINT_DIR"')
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stderr.count(f"attempt=0 dir={ckpt}") == 2
+    default = el_submit(*WORKERS, "-c", 'echo "dir=$TFYARN_CHECKPOINT_DIR"')
+    dirs = set(re.findall(r"dir=(\S+)", default.stderr))
+    assert len(dirs) == 1 and dirs.pop().startswith(str(el_submit.tmpdir))
+
+
+def test_bad_restart_flags_are_refused(el_submit):
+    for args, words in ((("--max-restarts", "-1"), "--max-restarts: must be at least 0"),
+                        (("--max-restarts", "1000"), "--max-restarts: at most 100"),
+                        (("--restart-on", "sometimes"), "--restart-on: use retryable or any")):
+        out = el_submit(*WORKERS, *args, "-c", "true")
+        assert out.returncode == 2 and words in out.stderr, out.stderr
+        assert "Traceback" not in out.stderr
+
+
+# ---------------------------------------------------------------- the pure rules
+
+SPEC = JobSpec("t", "tensorflow-worker", (Role("worker", 2, Resources(256, 1)),), "true",
+               max_restarts=2)
+
+
+def test_exit_causes():
+    retry, perm = policy.RETRYABLE, policy.PERMANENT
+    cases = [({"code": -9}, retry), ({"code": 137}, retry), ({"code": 255}, retry),
+             ({"code": 1}, perm), ({"code": 127}, perm), ({"code": None, "lost": True}, retry),
+             ({"code": -15, "stopped": True, "reason": "launcher received SIGTERM"}, retry)]
+    for rec, cause in cases:
+        assert policy.cause_of(rec) == cause, rec
+
+
+def test_yarn_container_ends():
+    """skein's exit messages for YARN's exit statuses (-104/-103 memory, -102
+    preemption, -100 lost node, -101 disks, a killed container process)."""
+    cases = {
+        "Container killed by YARN for exceeding memory limits. 1.2 GiB of 256 MiB physical "
+        "memory used": (policy.PERMANENT, "container killed for exceeding its memory: raise -wm "
+                        "(now 256 MB)"),
+        "Container preempted by scheduler": (policy.RETRYABLE, "was preempted by YARN"),
+        "Container released on a *lost* node": (policy.RETRYABLE, "was lost with its node"),
+        "Container is being decommissioned": (policy.RETRYABLE, "decommissioned"),
+        "Disk failure: local-dirs are bad": (policy.RETRYABLE, "disk failure"),
+        "Container failed during execution, see logs for more information.":
+            (policy.RETRYABLE, "its container's process died"),
+    }
+    for message, (cause, words) in cases.items():
+        rec = policy.yarn_end(message, 256, "-wm", 1.0)
+        assert policy.cause_of(rec) == cause, message
+        assert words in policy.describe_exit(Task("worker", 1), rec), message
+
+
+def test_yarn_word_wins_over_a_stopped_record():
+    stopped = {"code": -15, "stopped": True, "reason": "launcher received SIGTERM", "time": 5.0}
+    memory = policy.yarn_end("Container killed by YARN for exceeding memory limits", 256, "-wm",
+                             9.0)
+    t = Task("worker", 1)
+    merged = policy.merge_records({t: stopped}, {}, {t: memory})
+    assert merged[t]["yarn"] and merged[t]["time"] == 5.0
+    out = policy.decide(SPEC, merged)
+    assert out.cause == policy.PERMANENT and not policy.restart_after(SPEC, out, 0)
+    exited = {"code": 3, "time": 5.0}  # the task's own exit code is what counts
+    assert policy.merge_records({t: exited}, {}, {t: memory})[t] == exited
+
+
+def test_restart_rules():
+    failed = policy.Outcome("FAILED", "worker:1 was killed by SIGKILL", "worker:1",
+                            cause=policy.RETRYABLE)
+    assert policy.restart_after(SPEC, failed, 0) and policy.restart_after(SPEC, failed, 1)
+    assert not policy.restart_after(SPEC, failed, 2)  # 3 attempts used
+    for ending in (policy.Outcome("KILLED", "killed: test"),
+                   policy.Outcome("FAILED", "the job ran past --timeout 5 s")):
+        assert not policy.restart_after(SPEC, ending, 0)
