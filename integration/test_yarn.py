@@ -382,3 +382,90 @@ def test_check_data_on_hdfs(hdfs_dir):
     out = subprocess.run([sys.executable, "-m", "tfyarn", "check-data",
                           f"hdfs://{hdfs_dir}/adult.data"], capture_output=True, text=True)
     assert out.returncode == 1 and "adult.data:32562: blank line" in out.stdout, out.stderr
+
+
+# ---------------------------------------------------------------- restarts in place (#9)
+
+# blocks in attempt 0 only, so a restarted gang finishes; every task records its attempt
+ONCE = ('echo "attempt $TFYARN_ATTEMPT ckpt $TFYARN_CHECKPOINT_DIR"; '
+        'if [ "$TFYARN_ATTEMPT" = 0 ]; then sleep 300; fi')
+
+
+def _submit_in_background(tmp_path, apps, *args: str) -> tuple[subprocess.Popen, str]:
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", *args[:args.index("-c")],
+                             "--python", sys.executable, *args[args.index("-c"):]],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    app_id = proc.stdout.readline().strip()
+    apps.append(app_id)
+    return proc, app_id
+
+
+def _yarn_container_id(app_id: str, service: str) -> str:
+    import skein
+
+    with skein.Client() as client:
+        containers = client.connect(app_id).get_containers(services=[service])
+    return containers[0].yarn_container_id
+
+
+def _restarted_and_succeeded(proc: subprocess.Popen, app_id: str, task: str) -> None:
+    from conftest import node_processes, wait_until
+
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert re.search(rf"attempt 2/2: restarting after {re.escape(task)} was ", err), err
+    assert final_state(app_id).endswith("/SUCCEEDED")
+    logs = aggregated_logs(app_id)
+    assert logs.count("attempt 1 ckpt hdfs:///user/") == 2, logs[-5000:]
+    wait_until(lambda: not node_processes(app_id), 60, "no process of the app")
+
+
+def test_container_killed_by_yarn_restarts_the_gang(tmp_path, apps):
+    from conftest import node_processes, wait_until
+
+    proc, app_id = _submit_in_background(tmp_path, apps, "-t", "tensorflow-worker", "-wn", "2",
+                                         "--max-restarts", "1", *SMALL, "-c", ONCE)
+    wait_until(lambda: len([p for p in node_processes(app_id) if "sleep 300" in p]) >= 2, 300,
+               "attempt 0 running")
+    yarn_cli("container", "-signal", _yarn_container_id(app_id, "worker-1"), "FORCEFUL_SHUTDOWN")
+    _restarted_and_succeeded(proc, app_id, "worker:1")
+
+
+def test_kill_9_of_a_launcher_restarts_the_gang(tmp_path, apps):
+    from conftest import launcher_pid, node_processes, wait_until
+
+    proc, app_id = _submit_in_background(tmp_path, apps, "-t", "tensorflow-worker", "-wn", "2",
+                                         "--max-restarts", "1", *SMALL, "-c", ONCE)
+    wait_until(lambda: len([p for p in node_processes(app_id) if "sleep 300" in p]) >= 2, 300,
+               "attempt 0 running")
+    os.kill(launcher_pid(app_id, "worker:0"), signal.SIGKILL)
+    _restarted_and_succeeded(proc, app_id, "worker:0")
+
+
+def test_memory_kill_fails_with_the_memory_message_and_is_not_retried(el_submit):
+    # over any container size YARN may round -wm 256 up to (minimum allocation 1 GB)
+    hog = py("import time; b = b'x' * (1600 << 20); time.sleep(120)")
+    out, app_id = el_submit("-t", "standalone", "-wm", "256", "--max-restarts", "2", "-c", hog,
+                            timeout=600)
+    assert out.returncode == 1, out.stderr
+    assert "container killed for exceeding its memory: raise -wm (now 256 MB)" in out.stderr
+    assert "restarting" not in out.stderr
+    assert final_state(app_id).endswith("/FAILED")
+
+
+def test_status_lists_attempts_while_restarted_gang_runs(tmp_path, apps):
+    from conftest import launcher_pid, node_processes, wait_until
+
+    forever = 'if [ "$TFYARN_ATTEMPT" = 1 ]; then sleep 600; fi; sleep 300'
+    proc, app_id = _submit_in_background(tmp_path, apps, "-t", "standalone", "--max-restarts",
+                                         "1", *SMALL, "-c", forever)
+    wait_until(lambda: any("sleep 300" in p for p in node_processes(app_id)), 300, "attempt 0")
+    os.kill(launcher_pid(app_id, "worker:0"), signal.SIGKILL)
+    wait_until(lambda: any("sleep 600" in p for p in node_processes(app_id)), 300, "attempt 1")
+    status = subprocess.run([sys.executable, "-m", "tfyarn", "status", app_id, "--tasks"],
+                            capture_output=True, text=True, timeout=120)
+    assert "attempt 1: FAILED: worker:0 was killed" in status.stdout, status.stdout
+    assert "attempt 2: running" in status.stdout
+    yarn_cli("application", "-kill", app_id)
+    proc.communicate(timeout=120)

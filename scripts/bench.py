@@ -8,6 +8,10 @@
 - overhead_s: the difference (target <= 0.5 s);
 - idle_cores_32_tasks: CPU cores used by tfyarn's own processes (driver, launchers,
   client) while 32 local tasks sleep, over a 10 s window (anchor: 0 for bare sleeps);
+- restart_s: `el_submit --local --max-restarts 1` with 4 tasks, one of which kills itself
+  with SIGKILL in attempt 0: from that kill until every task of the new gang has its
+  TF_CONFIG; restart_over_launch_s: that minus local_to_tf_config_s (the process start
+  both pay), i.e. what a restart adds (target <= 5 s);
 - staging_20k_files_s: local launch of 4 tasks with `-f` of 20,000 small files, and
   staging_ratio: that over the same launch without -f (one copy, hard links per task);
 - with --allreduce: allreduce bandwidth (scripts/allreduce_workload.py, 2 ranks, 16 MB
@@ -57,6 +61,21 @@ def local_time(stamps: str) -> float:
                     str(TASKS), "--local", "-c", STAMP], env=env, check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return last_stamp(stamps, start)
+
+
+RESTART = ('if [ "$TFYARN_ATTEMPT" = 0 ]; then if [ "$TFYARN_TASK_INDEX" = 1 ]; then '
+           'date +%s.%N > "$STAMPS/failed"; kill -9 $$; fi; sleep 60; fi; ' + STAMP)
+
+
+def restart_time(stamps: str) -> float:
+    env = {**os.environ, "STAMPS": stamps}
+    subprocess.run([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn",
+                    str(TASKS), "--max-restarts", "1", "--local", "-c", RESTART], env=env,
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(os.path.join(stamps, "failed")) as f:
+        failed = float(f.read())
+    os.remove(os.path.join(stamps, "failed"))
+    return last_stamp(stamps, failed)
 
 
 def bare_time(stamps: str) -> float:
@@ -208,13 +227,17 @@ def main() -> None:
     help_s = statistics.median(help_time() for _ in range(n))
     local_s = median_of(local_time, n)
     bare_s = median_of(bare_time, n)
+    restart_s = median_of(restart_time, n)
     staged, plain = staging_times()
     out = {"help_s": round(help_s, 3), "local_to_tf_config_s": round(local_s, 3),
            "bare_spawn_s": round(bare_s, 3), "overhead_s": round(local_s - bare_s, 3),
+           "restart_s": round(restart_s, 3),
+           "restart_over_launch_s": round(restart_s - local_s, 3),
            "idle_cores_32_tasks": round(idle_cores(), 3),
            "staging_20k_files_s": round(staged, 3), "no_files_s": round(plain, 3),
            "staging_ratio": round(staged / plain, 2),
-           "targets": {"help_s": 0.15, "overhead_s": 0.5, "status_ratio": 0.5}, "repeat": n}
+           "targets": {"help_s": 0.15, "overhead_s": 0.5, "restart_over_launch_s": 5.0,
+                       "status_ratio": 0.5}, "repeat": n}
     if ns.allreduce:
         out.update(allreduce_ratios(n))
         out["targets"]["allreduce_ratio"] = 0.95

@@ -92,6 +92,12 @@ ROWS: list[tuple[str, list[str], Callable | None, int, str | None]] = [
     ("a task is SIGKILLed", [*W2, DAEMON], kill_task_proc("sleep 300", signal.SIGKILL), 4, None),
     ("a launcher is SIGKILLed", [*W2, DAEMON],
      kill_task_proc("tfyarn.launcher --job", signal.SIGKILL), 4, None),
+    ("a task is SIGKILLed, --max-restarts 1 (the new gang leaves daemons, exits 0)",
+     ["--max-restarts", "1", *W2, 'if [ "$TFYARN_ATTEMPT" = 1 ]; then setsid sleep 300 & '
+      'exit 0; fi; ' + DAEMON], kill_task_proc("sleep 300", signal.SIGKILL), 4, None),
+    ("a task exits 3, --max-restarts 1 (permanent: not restarted)",
+     ["--max-restarts", "1", *W2, 'if [ "$TFYARN_TASK_INDEX" = 1 ]; then exit 3; fi; ' + DAEMON],
+     None, 0, None),
     ("a launcher is SIGSTOPped (--heartbeat-timeout 5)",
      ["--heartbeat-timeout", "5", *W2, DAEMON],
      kill_task_proc("tfyarn.launcher --job", signal.SIGSTOP), 4, None),

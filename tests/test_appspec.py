@@ -40,7 +40,10 @@ def test_seed_job_spec(tmp_path):
     assert chief["resources"] == {"memory": 2000, "vcores": 1, "gpus": 1}
     assert ps["resources"] == {"memory": 2000, "vcores": 1, "gpus": 0}
     assert chief["instances"] == 1 and chief["max_restarts"] == 0 and chief["node_label"] == "gpu"
-    assert "--tasks chief:0 --gpus auto --kv skein:" in chief["script"]
+    # a failed container must not end the app: the driver decides, and restarts gangs
+    assert chief["allow_failures"] and ps["allow_failures"]
+    assert '--tasks chief:0 --gpus auto --kv skein: --attempt "${TFYARN_ATTEMPT:-0}"' in \
+        chief["script"]
     assert "--tasks ps:0 --gpus auto --kv skein:" in ps["script"]
     assert app["master"]["resources"] == {"memory": 2048, "vcores": 1}
     assert "-m tfyarn.driver --job tfyarn-job.json --kv skein:" in app["master"]["script"]
@@ -51,6 +54,7 @@ def test_seed_job_spec(tmp_path):
     spec_obj = skein.ApplicationSpec.from_dict(app)
     assert skein.ApplicationSpec.from_yaml(spec_obj.to_yaml()) == spec_obj
     assert spec_obj.services["chief-0"].resources.gpus == 1
+    assert spec_obj.services["chief-0"].allow_failures
 
 
 @pytest.mark.parametrize(("kw", "services"), [

@@ -93,3 +93,92 @@ def test_timeout_fails_the_job(tmp_path):
     store = kvmod.DirKV(str(tmp_path))
     out = run(job(timeout_s=0.2), store)
     assert out.state == "FAILED" and "--timeout" in out.message
+
+
+# ---------------------------------------------------------------- YARN gangs
+# CI has no YARN: a stand-in for skein's ApplicationClient (its container list and
+# add_container); the driver, its rules and the store are the real ones.
+
+
+class FakeApp:
+    """skein's view of the app's containers: attempt 0's from the spec, then added ones."""
+
+    def __init__(self, spec):
+        self.containers = {f"{c.name}_0": ["RUNNING", ""] for c in spec.containers()}
+        self.added, self.killed = [], []
+
+    def get_containers(self, states=None):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(id=i, state=s, exit_message=m)
+                for i, (s, m) in self.containers.items() if states is None or s in states]
+
+    def add_container(self, service, env=None):
+        from types import SimpleNamespace
+
+        cid = f"{service}_{sum(k.startswith(service + '_') for k in self.containers)}"
+        self.containers[cid] = ["RUNNING", ""]
+        self.added.append((cid, env))
+        return SimpleNamespace(id=cid)
+
+    def kill_container(self, cid):
+        self.containers[cid][0] = "KILLED"
+        self.killed.append(cid)
+
+
+def _yarn_job(tmp_path, **kw):
+    from tfyarn.gang import SkeinGang
+
+    spec = job("tensorflow-worker", max_restarts=2, heartbeat_timeout_s=60, **kw)
+    store = kvmod.DirKV(str(tmp_path))
+    app = FakeApp(spec)
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(
+        out=run(spec, store, gang=SkeinGang(store, app, spec))))
+    thread.start()
+    gang = kvmod.Scoped(store, 0)
+    for t in spec.tasks():
+        gang.put(kvmod.addr_key(t), f"127.0.0.1:{1000 + t.index}")
+    assert gang.wait(kvmod.CLUSTER, timeout=5)
+    return spec, store, app, thread, result
+
+
+def test_yarn_memory_kill_is_told_and_never_retried(tmp_path):
+    spec, store, app, thread, result = _yarn_job(tmp_path)
+    gang = kvmod.Scoped(store, 0)
+    # what a NodeManager memory kill looks like: SIGTERM (the launcher reports "stopped"),
+    # then YARN's exit status -104, which skein turns into this message
+    gang.put(kvmod.exit_key(Task("worker", 1)), json.dumps(
+        ex(-15, stopped=True) | {"reason": "launcher received SIGTERM"}))
+    app.containers["worker-1_0"] = ["FAILED", "Container killed by YARN for exceeding memory "
+                                    "limits. 1.6 GiB of 1 GiB physical memory used"]
+    gang.wait(kvmod.STOP, timeout=5)
+    gang.put(kvmod.exit_key(Task("worker", 0)), json.dumps(ex(-15, stopped=True)))
+    thread.join(timeout=30)
+    out = result["out"]
+    assert out.state == "FAILED" and out.task == "worker:1"
+    assert "container killed for exceeding its memory: raise -wm (now 1024 MB)" in out.message
+    assert app.added == [] and kvmod.current_attempt(store) == 0
+
+
+def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path):
+    spec, store, app, thread, result = _yarn_job(tmp_path)
+    app.containers["worker-0_0"] = ["FAILED", "Container preempted by scheduler"]
+    gang = kvmod.Scoped(store, 0)
+    gang.wait(kvmod.STOP, timeout=5)
+    gang.put(kvmod.exit_key(Task("worker", 1)), json.dumps(ex(-15, stopped=True)))
+    # the driver asks skein for a new container per tfyarn container, told its attempt
+    new = kvmod.Scoped(store, 1)
+    for t in spec.tasks():
+        new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
+    assert json.loads(new.wait(kvmod.CLUSTER, timeout=30)) == {
+        "worker": ["127.0.0.1:2000", "127.0.0.1:2001"]}
+    assert [(c, e) for c, e in app.added] == [("worker-0_1", {"TFYARN_ATTEMPT": "1"}),
+                                              ("worker-1_1", {"TFYARN_ATTEMPT": "1"})]
+    for t in spec.tasks():
+        new.put(kvmod.exit_key(t), json.dumps(ex(0)))
+    thread.join(timeout=30)
+    out = result["out"]
+    assert out.state == "SUCCEEDED" and out.attempt == 1
+    assert out.attempts[0]["message"].startswith("worker:0 was preempted by YARN")
+    assert out.attempts[0]["tasks"]["worker:0"]["lost"]

@@ -57,9 +57,9 @@ class SkeinGang(Gang):
 
     tells_ends = True
 
-    def __init__(self, store: kvmod.SkeinKV, spec: JobSpec) -> None:
+    def __init__(self, store: kvmod.KV, app: Any, spec: JobSpec) -> None:
         super().__init__(store)
-        self.app: Any = store.app
+        self.app = app  # skein.ApplicationClient
         self.spec = spec
         # attempt -> skein container id ("worker-1_0") -> its tfyarn container's name
         self.ids: dict[int, dict[str, str]] = {0: {f"{c.name}_0": c.name
@@ -102,4 +102,4 @@ class SkeinGang(Gang):
 
 
 def for_store(store: kvmod.KV, spec: JobSpec) -> Gang:
-    return SkeinGang(store, spec) if isinstance(store, kvmod.SkeinKV) else Gang(store)
+    return SkeinGang(store, store.app, spec) if isinstance(store, kvmod.SkeinKV) else Gang(store)

@@ -223,8 +223,14 @@ class Epochs:
             return
         ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
         self.scratch = None if writes else f"{directory.rstrip('/')}/.scratch-{os.getpid()}"
+        try:
+            tf.io.gfile.makedirs(directory)
+            latest = tf.train.latest_checkpoint(directory)
+        except (tf.errors.OpError, OSError) as exc:  # e.g. no HDFS access from this node
+            print(f"warning: no checkpoints: cannot use {directory} ({exc})", file=sys.stderr,
+                  flush=True)
+            return
         self.manager = tf.train.CheckpointManager(ckpt, self.scratch or directory, max_to_keep=2)
-        latest = tf.train.latest_checkpoint(directory)
         if latest:
             ckpt.restore(latest)
             self.start = int(latest.rsplit("-", 1)[1])
