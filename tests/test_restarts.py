@@ -5,7 +5,10 @@ TF_CONFIG belong to the new attempt only."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 
 from conftest import job_processes
 
@@ -51,6 +54,15 @@ def test_exit_1_is_permanent_unless_restart_on_any(el_submit):
             "worker:1 exited with code 1]") in out.stderr
     assert "bad input" in out.stderr
     assert job_processes(out.stdout.strip()) == []
+    # the kept job dir's status lists every attempt with its task table
+    status = subprocess.run([sys.executable, "-m", "tfyarn", "status", out.stdout.strip()],
+                            env={**os.environ, "TMPDIR": str(el_submit.tmpdir)},
+                            capture_output=True, text=True, timeout=60)
+    lines = status.stdout.splitlines()
+    assert [x.strip() for x in lines if x.strip().startswith("attempt ")] == [
+        "attempt 1: FAILED: worker:1 exited with code 1",
+        "attempt 2: FAILED: worker:1 exited with code 1", "attempt 3: FAILED"], status.stdout
+    assert sum(x.split()[:1] == ["worker:1"] for x in lines) == 3
 
 
 def test_a_new_attempt_sees_nothing_of_the_old_one(el_submit, tmp_path):

@@ -205,10 +205,18 @@ class Scoped(KV):
         return self.store.wait(self.prefix + key, timeout, poll_s)
 
 
-def current_attempt(store: KV) -> int:
-    """The attempt the driver last started (0 before any restart)."""
+def attempts(store: KV) -> tuple[int, list[dict]]:
+    """The attempt the driver last started (0 before any restart) and how each earlier
+    one ended (state, message, task, cause, task table)."""
     raw = store.get(ATTEMPT)
-    return 0 if raw is None else int(json.loads(raw)["attempt"])
+    if raw is None:
+        return 0, []
+    wanted = json.loads(raw)
+    return int(wanted["attempt"]), list(wanted["attempts"])
+
+
+def current_attempt(store: KV) -> int:
+    return attempts(store)[0]
 
 
 def open_kv(url: str) -> KV:

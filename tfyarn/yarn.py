@@ -424,11 +424,10 @@ class Watcher:
 
     def _attempt(self, store: kvmod.SkeinKV) -> int:
         """The gang now running; a restart is said once, with why."""
-        raw = store.get(kvmod.ATTEMPT)
-        wanted = json.loads(raw) if raw else {"attempt": 0, "attempts": []}
-        if wanted["attempt"] > self.attempt:
-            self.attempt = wanted["attempt"]
-            say(restart_words(self.spec, self.attempt, wanted["attempts"][-1]["message"]))
+        attempt, earlier = kvmod.attempts(store)
+        if attempt > self.attempt:
+            self.attempt = attempt
+            say(restart_words(self.spec, attempt, earlier[-1]["message"]))
             self.registered, self.started = -1, set()
         return self.attempt
 
@@ -511,20 +510,18 @@ def status(app_id: str, opts: ClientOptions | None = None, tasks: bool = False) 
 def live_tasks(store: kvmod.KV) -> list[str]:
     """Per-task lines while the job runs (address, exit code once it has one), for the
     current attempt, after one line per earlier attempt saying how it ended."""
-    raw = store.get(kvmod.ATTEMPT)
-    wanted = json.loads(raw) if raw else {"attempt": 0, "attempts": []}
-    out = [f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}"
-           for a in wanted["attempts"]]
+    attempt, earlier = kvmod.attempts(store)
+    out = [f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}" for a in earlier]
     if out:
-        out.append(f"attempt {wanted['attempt'] + 1}: running")
-    keys = kvmod.Scoped(store, wanted["attempt"]).scan("task/")
+        out.append(f"attempt {attempt + 1}: running")
+    keys = kvmod.Scoped(store, attempt).scan("task/")
     for task in sorted({k.split("/")[1] for k in keys}):
         addr = keys.get(f"task/{task}/addr", "-")
         ended = keys.get(f"task/{task}/exit")
         code = json.loads(ended).get("code") if ended else None
         state = f"exit {code}" if ended else ("running" if f"task/{task}/started" in keys
                                                else "registered")
-        out.append(f"{'  ' if wanted['attempts'] else ''}{task:<12} {addr:<30} {state}")
+        out.append(f"{'  ' if earlier else ''}{task:<12} {addr:<30} {state}")
     return out
 
 
