@@ -49,6 +49,19 @@ def yarn_cli(*args: str, timeout: float = 120) -> str:
     return out.stdout + out.stderr
 
 
+def yarn_site(name: str, default: str) -> str:
+    """A property of the cluster's yarn-site.xml (Hadoop's default when it is not set)."""
+    import xml.etree.ElementTree as ET
+
+    path = Path(os.environ.get("HADOOP_CONF_DIR", "")) / "yarn-site.xml"
+    if not path.is_file():
+        return default
+    for prop in ET.parse(path).getroot().iter("property"):
+        if prop.findtext("name") == name:
+            return (prop.findtext("value") or default).strip()
+    return default
+
+
 def final_state(app_id: str) -> str:
     """`FINISHED/SUCCEEDED`, `KILLED/KILLED`, ... from yarn application -status."""
     text = yarn_cli("application", "-status", app_id)

@@ -444,6 +444,12 @@ def test_kill_9_of_a_launcher_restarts_the_gang(tmp_path, apps):
 
 
 def test_memory_kill_fails_with_the_memory_message_and_is_not_retried(el_submit):
+    from conftest import yarn_site
+
+    if yarn_site("yarn.nodemanager.pmem-check-enabled", "true") != "true":
+        pytest.skip("this cluster never kills a container over its memory "
+                    "(yarn.nodemanager.pmem-check-enabled=false; the sandbox: "
+                    "SANDBOX_PMEM_CHECK=true scripts/yarn-sandbox start)")
     # over any container size YARN may round -wm 256 up to (minimum allocation 1 GB)
     hog = py("import time; b = b'x' * (1600 << 20); time.sleep(120)")
     out, app_id = el_submit("-t", "standalone", "-wm", "256", "--max-restarts", "2", "-c", hog,

@@ -150,6 +150,9 @@ def test_yarn_word_wins_over_a_stopped_record():
     assert merged[t]["yarn"] and merged[t]["time"] == 5.0
     out = policy.decide(SPEC, merged)
     assert out.cause == policy.PERMANENT and not policy.restart_after(SPEC, out, 0)
+    # YARN's SIGTERM may reach the task before the launcher knows it is stopping
+    killed = {"code": -15, "stopped": False, "time": 5.0}
+    assert policy.merge_records({t: killed}, {}, {t: memory})[t]["cause"] == policy.PERMANENT
     exited = {"code": 3, "time": 5.0}  # the task's own exit code is what counts
     assert policy.merge_records({t: exited}, {}, {t: memory})[t] == exited
 

@@ -145,6 +145,13 @@ class Referee:
             log(f"could not read the containers' states: {exc!r}")
             return {}
 
+    def _finished(self) -> set[Task]:
+        try:
+            return self.gang.finished(self.attempt)
+        except Exception as exc:  # as in ends(): no news
+            log(f"could not read the containers' states: {exc!r}")
+            return set()
+
     def records(self, snap: Snapshot) -> dict[Task, dict]:
         """Exit records, plus a lost record for every launcher that died or went silent
         before reporting, and the cluster's word on containers it ended."""
@@ -214,9 +221,10 @@ class Referee:
                 not needs_yarn_word(self.last_records.get(task)):
             return outcome
         deadline = time.monotonic() + CONTAINER_END_WAIT_S
-        while (rec := self.ends().get(task)) is None and time.monotonic() < deadline:
+        while task not in self._finished() and time.monotonic() < deadline:
             time.sleep(CONTAINER_POLL_S)
-        if rec is None:
+        rec = self.ends().get(task)
+        if rec is None:  # its container ended normally (or YARN said nothing in time)
             return outcome
         return replace(outcome, message=describe_exit(task, rec), code=None, tail=(),
                        cause=cause_of(rec))

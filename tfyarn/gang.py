@@ -42,6 +42,10 @@ class Gang:
         """Tasks whose container the cluster ended before their launcher reported."""
         return {}
 
+    def finished(self, attempt: int) -> set[Task]:
+        """Tasks whose container has ended (known only where `tells_ends`)."""
+        return set()
+
     def clear(self, attempt: int) -> None:
         """Make sure nothing of `attempt` still runs (local: the client does it)."""
 
@@ -49,7 +53,8 @@ class Gang:
 @dataclass
 class _Poll:
     at: float = -1e9
-    ends: dict[Task, dict] = field(default_factory=dict)
+    ends: dict[Task, dict] = field(default_factory=dict)  # containers that FAILED
+    finished: set[Task] = field(default_factory=set)  # containers that ended, any state
 
 
 class SkeinGang(Gang):
@@ -61,6 +66,7 @@ class SkeinGang(Gang):
         super().__init__(store)
         self.app = app  # skein.ApplicationClient
         self.spec = spec
+        self.containers = {c.name: c for c in spec.containers()}
         # attempt -> skein container id ("worker-1_0") -> its tfyarn container's name
         self.ids: dict[int, dict[str, str]] = {0: {f"{c.name}_0": c.name
                                                    for c in spec.containers()}}
@@ -75,23 +81,31 @@ class SkeinGang(Gang):
                              for c in self.spec.containers()}
 
     def ends(self, attempt: int) -> dict[Task, dict]:
+        return self._poll(attempt).ends
+
+    def finished(self, attempt: int) -> set[Task]:
+        return self._poll(attempt).finished
+
+    def _poll(self, attempt: int) -> _Poll:
         """At most one skein call per CONTAINER_POLL_S; the AM itself learns of a
         finished container within its allocate heartbeat (1-5 s)."""
         poll = self.polls.setdefault(attempt, _Poll())
         if time.monotonic() - poll.at < CONTAINER_POLL_S:
-            return poll.ends
+            return poll
         poll.at = time.monotonic()
         mine = self.ids.get(attempt, {})
-        for c in self.app.get_containers(states=["FAILED"]):
-            name = mine.get(c.id)
-            if name is None:
+        for c in self.app.get_containers(states=["SUCCEEDED", "FAILED", "KILLED"]):
+            container = self.containers.get(mine.get(c.id, ""))
+            if container is None:
                 continue
-            container = next(x for x in self.spec.containers() if x.name == name)
-            flag = "-pm" if container.tasks[0].type == "ps" else "-wm"
-            rec = yarn_end(c.exit_message or "", container.resources.memory_mb, flag, time.time())
-            for task in container.tasks:
-                poll.ends.setdefault(task, rec)
-        return poll.ends
+            poll.finished.update(container.tasks)
+            if str(c.state) == "FAILED":
+                flag = "-pm" if container.tasks[0].type == "ps" else "-wm"
+                rec = yarn_end(c.exit_message or "", container.resources.memory_mb, flag,
+                               time.time())
+                for task in container.tasks:
+                    poll.ends.setdefault(task, rec)
+        return poll
 
     def clear(self, attempt: int) -> None:
         """Kill the attempt's containers still running (a frozen launcher never exits)."""

@@ -122,16 +122,18 @@ def merge_records(exits: Mapping[Task, dict], lost: Mapping[Task, dict],
     reported: a launcher that reports "stopped by SIGTERM" was stopped by that very kill."""
     out = {**lost, **exits}
     for task, rec in ends.items():
-        if task not in exits or exits[task].get("stopped"):
+        if task not in exits or needs_yarn_word(exits[task]):
             out[task] = {**rec, "time": out.get(task, rec).get("time", rec.get("time", 0))}
     return out
 
 
 def needs_yarn_word(rec: Mapping | None) -> bool:
-    """A failure the launcher could not explain (stopped from outside, lost): on YARN the
-    container's end says what happened (memory kill: permanent; preemption: retryable)."""
-    return rec is not None and not rec.get("yarn") and (bool(rec.get("stopped"))
-                                                        or bool(rec.get("lost")))
+    """A failure the launcher cannot explain (stopped from outside, lost, killed by a
+    signal): on YARN the container's end says what happened (a memory kill, permanent,
+    is a SIGTERM then SIGKILL to the container; a preemption is retryable)."""
+    if rec is None or rec.get("yarn"):
+        return False
+    return bool(rec.get("stopped") or rec.get("lost")) or signal_of(rec.get("code")) is not None
 
 
 def _failed(rec: Mapping) -> bool:
