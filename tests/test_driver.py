@@ -158,6 +158,7 @@ def test_yarn_memory_kill_is_told_and_never_retried(tmp_path):
     out = result["out"]
     assert out.state == "FAILED" and out.task == "worker:1"
     assert "container killed for exceeding its memory: raise -wm (now 1024 MB)" in out.message
+    assert "exceeding its memory" in out.tasks["worker:1"]["reason"]  # the table says it too
     assert app.added == [] and kvmod.current_attempt(store) == 0
 
 

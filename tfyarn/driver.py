@@ -197,10 +197,13 @@ class Referee:
         log(msg)
         self.job_store.put(kvmod.PHASE, msg)
 
+    def lost(self) -> dict[Task, dict]:
+        """Tasks counted as lost so far (silent, or dead before reporting)."""
+        return {t: r for t, r in self.last_records.items() if r.get("lost")}
+
     def gone(self) -> dict[Task, dict]:
         """Tasks whose launcher cannot report any more: lost, or its container ended."""
-        lost = {t: r for t, r in self.last_records.items() if r.get("lost")}
-        return {**lost, **self.ends()}
+        return {**self.lost(), **self.ends()}
 
     def step(self) -> Outcome | None:
         snap = read_tasks(self.store)
@@ -231,10 +234,10 @@ class Referee:
 
 
 def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome,
-                    gone: Callable[[], Mapping[Task, dict]]) -> dict[str, dict]:
+                    gone: Callable[[], Mapping[Task, dict]]) -> Snapshot:
     """Tell every launcher of the attempt to stop and wait (bounded) until the registered
     ones that can still answer reported (a lost launcher, or one whose container ended,
-    cannot: it is not waited for)."""
+    cannot: it is not waited for). Returns what they published."""
     store.put(kvmod.STOP, outcome.message)
     deadline = time.monotonic() + spec.stop_grace_s + STOP_REPORT_S
     while True:
@@ -247,7 +250,13 @@ def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome,
         time.sleep(store.poll_s)
     for task in pending:
         log(f"{task} did not report after the stop request; its container/process is killed")
-    records = merge_records(snap.exits, snap.lost, ended)
+    return snap
+
+
+def task_table(spec: JobSpec, snap: Snapshot, lost: Mapping[Task, dict],
+               ends: Mapping[Task, dict]) -> dict[str, dict]:
+    """How each task of the attempt ended, for the final status and diagnostics."""
+    records = merge_records(snap.exits, {**lost, **snap.lost}, ends)
     return {str(t): {"host": snap.addrs.get(t, "").rsplit(":", 1)[0], **_brief(records.get(t))}
             for t in spec.tasks()}
 
@@ -272,10 +281,11 @@ def run_attempt(spec: JobSpec, store: kvmod.KV, gang: gangmod.Gang, attempt: int
         time.sleep(max(store.poll_s, RUNNING_POLL_S) if referee.published else store.poll_s)
     log(f"{outcome.state}: {outcome.message}")
     store.put(kvmod.PHASE, "stopping")
-    tasks = stop_everything(spec, scoped, outcome, referee.gone)
+    snap = stop_everything(spec, scoped, outcome, referee.gone)
     if referee.rendezvous is not None:
         referee.rendezvous.stop()
-    return replace(referee.settle(outcome), attempt=attempt), tasks
+    outcome = replace(referee.settle(outcome), attempt=attempt)
+    return outcome, task_table(spec, snap, referee.lost(), referee.ends())
 
 
 def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
