@@ -475,3 +475,47 @@ def test_status_lists_attempts_while_restarted_gang_runs(tmp_path, apps):
     assert "attempt 2: running" in status.stdout
     yarn_cli("application", "-kill", app_id)
     proc.communicate(timeout=120)
+
+
+# ---------------------------------------------------------------- TensorBoard (#10)
+
+
+def _tensorboard_url(proc: subprocess.Popen, seen: list[str]) -> str:
+    deadline = time.monotonic() + 300
+    for line in proc.stderr:
+        seen.append(line)
+        found = re.match(r"^tfyarn: TensorBoard: (http://\S+)$", line.rstrip("\n"))
+        if found:
+            return found.group(1)
+        assert time.monotonic() < deadline, "".join(seen)
+    raise AssertionError("".join(seen))
+
+
+def _http_status(url: str) -> int | None:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return resp.status
+    except (urllib.error.URLError, OSError):
+        return None
+
+
+def test_tensorboard_side_task_on_yarn(tmp_path, apps, hdfs_dir):
+    stop = f"{hdfs_dir}/stop"
+    wait = (f'until hdfs dfs -test -e {stop}; do sleep 2; done; '
+            'echo "tbdir=$TFYARN_TENSORBOARD_DIR"')
+    proc, app_id = _submit_in_background(
+        tmp_path, apps, "-t", "tensorflow-worker", "-wn", "2", *SMALL, "-enable_tensorboard",
+        "True", "-log_tensorboard", f"{hdfs_dir}/tb", "-c", wait)
+    seen: list[str] = []
+    url = _tensorboard_url(proc, seen)
+    assert _http_status(url) == 200
+    hdfs_cli("dfs", "-touchz", stop)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, "".join(seen) + err
+    assert final_state(app_id).endswith("/SUCCEEDED")
+    assert _http_status(url) is None
+    assert aggregated_logs(app_id).count(f"tbdir={hdfs_dir}/tb") == 2
+

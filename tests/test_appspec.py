@@ -207,3 +207,17 @@ def test_f_from_hdfs_is_localized_by_yarn_not_uploaded(tmp_path):
     assert staged.resources == (("code", "hdfs://nn:9000/ml/code", "file"),
                                 ("adult.data", "hdfs:///ml/adult.data", "file"))
     assert sorted(p.name for p in stage_dir.iterdir()) == ["tfyarn-job.json"]  # no archive
+
+
+def test_tensorboard_is_a_side_service(tmp_path):
+    spec = job(tmp_path, app_type="tensorflow-worker", worker_num="2", enable_tensorboard="True",
+               log_tensorboard="hdfs:///user/me/tb")
+    _, app = build(spec, tmp_path)
+    tb = app["services"]["tensorboard"]
+    assert tb["allow_failures"] and tb["resources"]["gpus"] == 0
+    assert "-m tfyarn.tensorboard --job tfyarn-job.json --kv skein:" in tb["script"]
+    assert spec.tensorboard_dir == "hdfs:///user/me/tb"
+    assert [c.name for c in spec.containers()] == ["worker-0", "worker-1"]  # not a task
+    skein.ApplicationSpec.from_dict(app)
+    _, plain = build(job(tmp_path, app_type="standalone"), tmp_path)
+    assert "tensorboard" not in plain["services"]

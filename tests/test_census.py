@@ -105,3 +105,17 @@ def test_same_failure_without_restarts_fails(el_submit, workdir):
     assert "FAILED: worker:0 was killed by SIGKILL" in out.stderr
     assert "resumed from epoch" not in out.stderr
     assert job_processes(out.stdout.strip()) == []
+
+
+def test_scalars_for_tensorboard(el_submit, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    shutil.copy(CENSUS, tmp_path)
+    out = el_submit("-t", "standalone", "-f", "census_single.py", "--local",
+                    "-enable_tensorboard", "True", "-log_tensorboard", "tb",
+                    "-c", "python census_single.py --synthetic --epochs 2", timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Tensors("epoch_loss")] == [1, 2]
+    assert [e.step for e in events.Tensors("eval_accuracy")] == [2]

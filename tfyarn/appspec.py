@@ -112,6 +112,17 @@ def task_script(spec: JobSpec, container: Container, staged: Staged) -> str:
               f'--tasks {tasks} --gpus auto --kv skein: --attempt "${{TFYARN_ATTEMPT:-0}}"\n')
 
 
+TENSORBOARD_SERVICE = "tensorboard"
+TENSORBOARD_MEMORY_MB = 1024  # TensorBoard with TF loaded; not user-sized in el_submit
+
+
+def tensorboard_script(spec: JobSpec) -> str:
+    py = python_for(spec)
+    return ("set -u\n" + HADOOP_ENV + runtime_setup(spec) + check_python(py, "tensorboard")
+            + f"exec {shlex.quote(py)} -m tfyarn.tensorboard --job {JOB_FILE} --kv skein: "
+              f"--python {shlex.quote(py)}\n")
+
+
 def driver_script(spec: JobSpec) -> str:
     py = spec.runtime.python if spec.runtime.mode == "docker" else python_for(spec)
     return ("set -u\n" + runtime_setup(spec) + check_python(py, "driver")
@@ -164,6 +175,11 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
             **label,
         }
     master_files = files_dict(Staged(staged.job_json), env_archive)
+    if spec.tensorboard_dir:  # a side task: never in TF_CONFIG, never decides the outcome
+        services[TENSORBOARD_SERVICE] = {
+            "instances": 1, "max_restarts": 0, "allow_failures": True,
+            "resources": {"memory": TENSORBOARD_MEMORY_MB, "vcores": 1, "gpus": 0},
+            "files": master_files, "env": env, "script": tensorboard_script(spec), **label}
     app: dict[str, Any] = {
         "name": spec.name,
         "tags": sorted({APP_TAG, *spec.yarn.tags}),

@@ -30,8 +30,10 @@ EL_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("-interact", "interact", "BOOL", "interactive session (not supported yet)"),
     ("-x", "exit_ps", "BOOL", "tensorflow-ps: stop ps and workers once the chief exits 0 "
      "(default False)"),
-    ("-enable_tensorboard", "enable_tensorboard", "BOOL", "start TensorBoard (not supported yet)"),
-    ("-log_tensorboard", "log_tensorboard", "PATH", "TensorBoard log dir (not supported yet)"),
+    ("-enable_tensorboard", "enable_tensorboard", "BOOL", "run TensorBoard beside the job "
+     "(default False; needs -log_tensorboard)"),
+    ("-log_tensorboard", "log_tensorboard", "PATH", "TensorBoard's log dir (local or hdfs://); "
+     "every task gets it as TFYARN_TENSORBOARD_DIR"),
     ("-conf", "conf", "DIR", "Hadoop configuration dir (sets HADOOP_CONF_DIR)"),
     ("-f", "files", "PATHS", "comma list of files/dirs shipped to every task's working dir; "
      "-f ./ ships the current dir's contents"),
@@ -65,6 +67,8 @@ EXT_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
      "application up to N times (default 0)"),
     ("--restart-on", "restart_on", "WHICH", "retryable (signals, preemption, lost nodes or "
      "launchers, exit codes 128-255; default) | any (every task failure)"),
+    ("--tensorboard-linger", "tensorboard_linger", "MIN", "keep TensorBoard up this many minutes "
+     "after the job ends (default 0)"),
     ("--checkpoint-dir", "checkpoint_dir", "DIR", "TFYARN_CHECKPOINT_DIR for every task (default: "
      "the job dir locally, hdfs:///user/$USER/.tfyarn/checkpoints/APP_ID on YARN)"),
 )

@@ -52,6 +52,7 @@ from tfyarn.timing import (
     CONTAINER_POLL_S,
     RUNNING_POLL_S,
     STOP_REPORT_S,
+    TENSORBOARD_DONE_SLACK_S,
 )
 
 
@@ -333,6 +334,18 @@ def _trap_signals(job: JobClock) -> None:
         signal.signal(sig, handler)
 
 
+def linger_for_tensorboard(spec: JobSpec, store: kvmod.KV) -> None:
+    """YARN, --tensorboard-linger: the application (so the TensorBoard container) stays up
+    until the side task says it is done: after the linger, or sooner when killed."""
+    if not spec.tensorboard_dir or not spec.tensorboard_linger_s \
+            or store.get(kvmod.TENSORBOARD) is None:
+        return
+    log(f"keeping the application for TensorBoard ({spec.tensorboard_linger_s / 60:g} min)")
+    with contextlib.suppress(kvmod.StoreGone):
+        store.wait(kvmod.TENSORBOARD_DONE,
+                   timeout=spec.tensorboard_linger_s + TENSORBOARD_DONE_SLACK_S)
+
+
 def finish_yarn(store: kvmod.SkeinKV, outcome: Outcome) -> None:
     """On YARN, hand the final status and a diagnostics text naming the task to the AM."""
     diagnostics = outcome.message
@@ -357,6 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcome = run(spec, store, settings.advertise_host or socket.getfqdn(),
                   gangmod.for_store(store, spec))
     if isinstance(store, kvmod.SkeinKV):
+        linger_for_tensorboard(spec, store)
         finish_yarn(store, outcome)
     return exit_code(outcome.state)
 

@@ -42,6 +42,7 @@ MAX = {
     "name_chars": 1024,
     "per_container": 64,  # -ppn, -wnpg
     "restarts": 100,  # --max-restarts
+    "linger_minutes": 24 * 60,  # --tensorboard-linger
 }
 RESTART_ON = ("retryable", "any")  # --restart-on
 
@@ -159,6 +160,8 @@ class JobSpec:
     max_restarts: int = 0  # gang restarts after a task failure (--max-restarts)
     restart_on: str = "retryable"  # which failures restart: retryable | any (--restart-on)
     checkpoint_dir: str | None = None  # TFYARN_CHECKPOINT_DIR; None: the backend's default
+    tensorboard_dir: str | None = None  # -log_tensorboard, when -enable_tensorboard True
+    tensorboard_linger_s: float = 0.0  # TensorBoard stays this long after the job ended
     yarn: YarnOptions = field(default_factory=YarnOptions)
 
     def __post_init__(self) -> None:
@@ -403,6 +406,7 @@ class ElSubmitArgs:
     max_restarts: str | None = None
     restart_on: str | None = None
     checkpoint_dir: str | None = None
+    tensorboard_linger: str | None = None
     tags: tuple[str, ...] = ()
     force: bool = False
 
@@ -421,14 +425,35 @@ def join_command(tokens: tuple[str, ...]) -> str:
 
 def _reject_unsupported(a: ElSubmitArgs) -> None:
     """Flags el_submit documents that tfyarn does not do yet: say so, never ignore them."""
-    checks = [
-        ("-interact", parse_bool("-interact", a.interact), "interactive sessions"),
-        ("-enable_tensorboard", parse_bool("-enable_tensorboard", a.enable_tensorboard), "TB"),
-        ("-log_tensorboard", a.log_tensorboard is not None, "TensorBoard"),
-    ]
-    for flag, used, what in checks:
-        if used:
-            raise SpecError(f"{flag} ({what}) is not supported yet; remove {flag} and resubmit")
+    if parse_bool("-interact", a.interact):
+        raise SpecError("-interact (interactive sessions) is not supported yet; remove -interact "
+                        "and resubmit")
+
+
+def _local_path(value: str | None, cwd: str) -> str | None:
+    """A dir flag: URLs as given, a local path made absolute (tasks run in dirs of their own)."""
+    if value is None or "://" in value:
+        return value
+    return os.path.abspath(os.path.join(cwd, os.path.expanduser(value)))
+
+
+def _tensorboard(a: ElSubmitArgs, cwd: str) -> dict[str, Any]:
+    """-enable_tensorboard True needs -log_tensorboard DIR, as el_submit documents; a DIR
+    without it would silently start nothing, so it is refused too."""
+    enabled = parse_bool("-enable_tensorboard", a.enable_tensorboard)
+    if enabled and a.log_tensorboard is None:
+        raise SpecError("-enable_tensorboard True needs -log_tensorboard DIR (the dir your code "
+                        "writes summaries to, e.g. hdfs:///user/me/tb)")
+    if not enabled and a.log_tensorboard is not None:
+        raise SpecError("-log_tensorboard: TensorBoard is off; add -enable_tensorboard True, or "
+                        "drop -log_tensorboard")
+    if not enabled and a.tensorboard_linger is not None:
+        raise SpecError("--tensorboard-linger: TensorBoard is off; add -enable_tensorboard True "
+                        "-log_tensorboard DIR, or drop --tensorboard-linger")
+    linger = parse_int("--tensorboard-linger", a.tensorboard_linger, 0,
+                       maximum=MAX["linger_minutes"])
+    return {"tensorboard_dir": _local_path(a.log_tensorboard, cwd) if enabled else None,
+            "tensorboard_linger_s": float(linger * 60)}
 
 
 def _roles(a: ElSubmitArgs, app_type: str) -> tuple[Role, ...]:
@@ -491,7 +516,8 @@ def _check_texts(a: ElSubmitArgs) -> None:
         parse_text(flag, value, what)
     for flag, value in (("--timeout", a.timeout), ("-wait_time", a.wait_time),
                         ("--heartbeat-timeout", a.heartbeat_timeout),
-                        ("--max-restarts", a.max_restarts)):
+                        ("--max-restarts", a.max_restarts),
+                        ("--tensorboard-linger", a.tensorboard_linger)):
         if value is not None and not value.strip():
             raise SpecError(f"{flag}: empty value; give a number or leave {flag} out")
     if a.app_name is not None and len(a.app_name) > MAX["name_chars"]:
@@ -505,9 +531,7 @@ def _restarts(a: ElSubmitArgs, cwd: str) -> dict[str, Any]:
     restart_on = (a.restart_on or "retryable").strip().lower()
     if restart_on not in RESTART_ON:
         raise SpecError(f"--restart-on: use {' or '.join(RESTART_ON)}, not {a.restart_on!r}")
-    ckpt = a.checkpoint_dir
-    if ckpt is not None and "://" not in ckpt:
-        ckpt = os.path.abspath(os.path.join(cwd, os.path.expanduser(ckpt)))
+    ckpt = _local_path(a.checkpoint_dir, cwd)
     return {"max_restarts": parse_int("--max-restarts", a.max_restarts, 0,
                                       maximum=MAX["restarts"]),
             "restart_on": restart_on, "checkpoint_dir": ckpt}
@@ -555,6 +579,7 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
         timeout_s=float(timeout) if timeout else None,
         heartbeat_timeout_s=float(heartbeat),
         **_restarts(a, cwd),
+        **_tensorboard(a, cwd),
         yarn=YarnOptions(
             queue=a.queue,
             node_label=a.node_label,

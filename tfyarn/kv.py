@@ -32,6 +32,8 @@ ACK = "status_ack"  # the client has read STATUS; the AM (and its store) may go
 KILL = "kill"  # reason text; put by a client (Ctrl-C, `tfyarn kill`) to ask the driver to stop
 RANKS = "ranks"  # allreduce jobs: rank table, master and rendezvous, put just before CLUSTER
 ATTEMPT = "attempt"  # JSON {"attempt": k, "attempts": [earlier outcomes]}: the gang now wanted
+TENSORBOARD = "tensorboard"  # JSON {"url": ...} once it answers, or {"error": ...}
+TENSORBOARD_DONE = "tensorboard_done"  # put by the TensorBoard side task when it ended
 
 
 def addr_key(task: Task) -> str:

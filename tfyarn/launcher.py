@@ -35,11 +35,11 @@ from tfyarn.tfconfig import (
     Rank,
     Task,
     allreduce_env,
-    attempt_env,
     checkpoint_dir,
     container_devices,
     device_env,
     identity_env,
+    run_env,
     task_env,
     thread_env,
 )
@@ -279,8 +279,8 @@ class Launcher:
             env.update(allreduce_env(rank, ranks["master"], ranks["rendezvous"]))
             vcores = job.container_of(slot.task).resources.vcores
             env.update(thread_env(vcores, len(self.args.tasks), {**os.environ, **env}))
-        env.update(attempt_env(self.args.attempt, checkpoint_dir(
-            job.checkpoint_dir, job_id, self.settings.user)))
+        env.update(run_env(self.args.attempt, checkpoint_dir(
+            job.checkpoint_dir, job_id, self.settings.user), job.tensorboard_dir))
         k = len(self.args.tasks)
         env.update(device_env(devices, k, slot.index, shared=not job.allreduce))
         env.update(hdfs.task_env({**os.environ, **env}))  # `import tensorflow` reads hdfs://

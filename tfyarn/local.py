@@ -24,7 +24,7 @@ import tarfile
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from tfyarn import files as filesmod
@@ -42,6 +42,7 @@ from tfyarn.policy import (
     signal_of,
 )
 from tfyarn.settings import Settings
+from tfyarn.tensorboard import MISSING_HINT, announce
 from tfyarn.tfconfig import Task
 from tfyarn.timing import (
     FOLLOW_S,
@@ -49,6 +50,8 @@ from tfyarn.timing import (
     LOCAL_STOP_WAIT_S,
     RESTART_EXIT_WAIT_S,
     STOP_REPORT_S,
+    TENSORBOARD_DONE_SLACK_S,
+    TENSORBOARD_START_S,
 )
 
 JOB_DIR_PREFIX = "tfyarn-"
@@ -252,19 +255,23 @@ class Procs:
     driver: subprocess.Popen | None = None
     launchers: dict[Container, subprocess.Popen] = field(default_factory=dict)
     attempt: int = 0  # the gang `launchers` belong to
+    tensorboard: subprocess.Popen | None = None  # the side task, with -enable_tensorboard
 
     def all(self) -> list[subprocess.Popen]:
-        return [p for p in (self.driver, *self.launchers.values()) if p is not None]
+        return [p for p in (self.driver, self.tensorboard, *self.launchers.values())
+                if p is not None]
 
-    def spawn(self, label: str, prefix: str, argv: list[str], cwd: str,
+    def spawn(self, label: str, prefix: str | None, argv: list[str], cwd: str,
               env: dict[str, str]) -> subprocess.Popen:
         """One process in its own session (the terminal's Ctrl-C and hang-up reach only
-        the client), logging to its own file, told by SIGTERM if the client dies."""
+        the client), logging to its own file, told by SIGTERM if the client dies; its
+        lines are shown on the terminal after `prefix` (None: only in its file)."""
         path = self.jd.log_path(label)
         with open(path, "ab") as log:
             p = proc.start(argv, env, cwd=cwd, stdout=log, stderr=log, new_session=True,
                            parent_death=signal.SIGTERM)
-        self.follower.add(path, prefix)
+        if prefix is not None:
+            self.follower.add(path, prefix)
         return p
 
 
@@ -283,10 +290,35 @@ def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Inte
     try:
         procs.driver = procs.spawn("driver", "", [py, "-m", "tfyarn.driver", "--job",
                                                   jd.job_json, "--kv", jd.kv_url], jd.root, env)
+        if spec.tensorboard_dir:
+            procs.tensorboard = procs.spawn(  # its chatter stays in logs/tensorboard.log
+                "tensorboard", None,
+                [py, "-m", "tfyarn.tensorboard", "--job", jd.job_json, "--kv", jd.kv_url,
+                 "--python", job_python(env)], jd.root, env)
     except OSError as exc:
         raise EnvironmentMissing(f"could not start tfyarn's driver: {exc}; raise the limits "
                                  "(ulimit -n, ulimit -u)") from None
     start_launchers(spec, procs, env, interrupts, gpus)
+
+
+def job_python(env: Mapping[str, str]) -> str:
+    """The `python` the tasks' command lines get: first on the job's PATH."""
+    return shutil.which("python", path=env.get("PATH")) or \
+        shutil.which("python3", path=env.get("PATH")) or sys.executable
+
+
+def check_tensorboard(spec: JobSpec, env: Mapping[str, str]) -> None:
+    """-enable_tensorboard: the job's python must have tensorboard, said before anything
+    starts (an image, -m docker, is not looked into)."""
+    if not spec.tensorboard_dir or spec.runtime.mode == "docker":
+        return
+    python = job_python(env)
+    found = subprocess.run([python, "-c", "import importlib.util as u, sys; "
+                            "sys.exit(u.find_spec('tensorboard') is None)"],
+                           env=dict(env), capture_output=True).returncode == 0
+    if not found:
+        raise EnvironmentMissing(f"-enable_tensorboard: {python} has no tensorboard; "
+                                 f"{MISSING_HINT}, or drop -enable_tensorboard")
 
 
 def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
@@ -391,6 +423,8 @@ class LocalJob:
     interrupts: Interrupts = field(default_factory=Interrupts)
     job_id: str = field(default_factory=new_job_id)
     started: float = field(default_factory=time.monotonic)
+    signals_before_linger: int | None = None  # a signal during the linger only ends it
+    tensorboard_said: bool = False
 
     def run(self) -> Outcome:
         """Run the job to its end; returns the outcome, raises JobFailed when it did not
@@ -399,18 +433,24 @@ class LocalJob:
         gpus = assign_gpus(self.spec, self.settings.gpu_count if self.settings.gpu_count
                            is not None else count_gpus())
         jd, prefix = prepare(self.spec, root, inv, self.job_id, self.settings)
+        env = base_env(self.settings, self.job_id, prefix)
+        try:
+            check_tensorboard(self.spec, env)
+        except BaseException:
+            shutil.rmtree(jd.root, ignore_errors=True)
+            raise
         with self.interrupts.deferred():
             emit_id(self.job_id)
             say(f"job {self.job_id}: {plural(len(self.spec.tasks()), 'task')}, dir {jd.root}")
             terminal = getattr(sys.stderr, "buffer", None)  # None when stderr is closed
             procs = Procs(jd, proc.Follower(terminal, FOLLOW_S).start())
             try:
-                env = base_env(self.settings, self.job_id, prefix)
                 start_all(self.spec, procs, env, self.interrupts, gpus)
                 self._watch(procs, lambda: start_launchers(self.spec, procs, env,
                                                            self.interrupts, gpus))
             finally:
                 wait_procs(reported(procs), STOP_REPORT_S, cut=lambda: self.interrupts.count >= 2)
+                self._linger(procs)
                 kill_all(procs.all(), self.job_id, self.spec.runtime.mode == "docker")
                 procs.follower.stop()
         return self._finish(jd)
@@ -438,6 +478,7 @@ class LocalJob:
                 return
             if asked_at is None:
                 self._next_attempt(procs, store, relaunch)
+            self._say_tensorboard(store)
             report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt))
             with contextlib.suppress(subprocess.TimeoutExpired):
                 procs.driver.wait(timeout=FOLLOW_S)
@@ -445,6 +486,14 @@ class LocalJob:
             say(f"the driver ended without a final status ({describe_rc(procs.driver)}); "
                 "stopping every task")
             kvmod.Scoped(store, procs.attempt).put(kvmod.STOP, "the driver died")
+
+    def _say_tensorboard(self, store: kvmod.KV) -> str | None:
+        """Print TensorBoard's URL (or why it did not start) once it is published."""
+        raw = store.get(kvmod.TENSORBOARD) if self.spec.tensorboard_dir else None
+        if raw is not None and not self.tensorboard_said:
+            say(announce(raw) or "")
+            self.tensorboard_said = True
+        return raw
 
     def _next_attempt(self, procs: Procs, store: kvmod.KV,
                       relaunch: Callable[[], None]) -> None:
@@ -457,13 +506,32 @@ class LocalJob:
         procs.attempt = attempt
         relaunch()
 
+    def _linger(self, procs: Procs) -> None:
+        """--tensorboard-linger: a job that ended by itself keeps TensorBoard up (it
+        lingers on its own, once it answers) until then, or until a signal cuts it short."""
+        tb, store = procs.tensorboard, kvmod.open_kv(procs.jd.kv_url)
+        if tb is None or tb.poll() is not None or self.interrupts.count \
+                or not self.spec.tensorboard_linger_s or store.get(kvmod.STATUS) is None:
+            return
+        deadline = time.monotonic() + TENSORBOARD_START_S  # a short job ends before it is up
+        while (raw := self._say_tensorboard(store)) is None and tb.poll() is None \
+                and not self.interrupts.count and time.monotonic() < deadline:
+            time.sleep(FOLLOW_S)
+        if raw is None or "url" not in json.loads(raw) or self.interrupts.count:
+            return
+        self.signals_before_linger = self.interrupts.count
+        say(f"TensorBoard stays up {self.spec.tensorboard_linger_s / 60:g} min at "
+            f"{json.loads(raw)['url']} (--tensorboard-linger; Ctrl-C ends it)")
+        wait_procs([tb], self.spec.tensorboard_linger_s + TENSORBOARD_DONE_SLACK_S,
+                   cut=lambda: self.interrupts.count > 0)
+
     def _stop_wait(self) -> float:
         return self.spec.stop_grace_s + LOCAL_STOP_WAIT_S
 
     def _finish(self, jd: JobDir) -> Outcome:
         raw = kvmod.open_kv(jd.kv_url).get(kvmod.STATUS)
         took = elapsed_words(time.monotonic() - self.started)
-        if self.interrupts.count:
+        if self.interrupts.count and self.signals_before_linger is None:
             raise JobFailed(f"job {self.job_id} {self.interrupts.words()}; every task was "
                             f"stopped after {took} (logs: {jd.root}/logs)",
                             self.interrupts.exit_code())

@@ -73,9 +73,13 @@ def checkpoint_dir(given: str | None, job_id: str, user: str) -> str:
     return given or f"hdfs:///user/{user}/.tfyarn/checkpoints/{job_id}"
 
 
-def attempt_env(attempt: int, checkpoints: str) -> dict[str, str]:
-    """Restarts: which gang this is (0 first) and where to save and resume from."""
-    return {"TFYARN_ATTEMPT": str(attempt), "TFYARN_CHECKPOINT_DIR": checkpoints}
+def run_env(attempt: int, checkpoints: str, tensorboard: str | None) -> dict[str, str]:
+    """Where this run of the task stands: which gang (0 first, restarts count up), where
+    to save and resume from, and where TensorBoard reads summaries (when it runs)."""
+    env = {"TFYARN_ATTEMPT": str(attempt), "TFYARN_CHECKPOINT_DIR": checkpoints}
+    if tensorboard:
+        env["TFYARN_TENSORBOARD_DIR"] = tensorboard
+    return env
 
 
 def task_env(cluster: Mapping[str, list[str]], task: Task, job_id: str) -> dict[str, str]:

@@ -19,6 +19,11 @@ STOP_POLL_S = 0.5  # directory store: how often a running launcher looks for the
 # (well inside the 3 s stop grace; skein blocks on an event instead)
 STOP_WAIT_S = 5.0  # one blocking wait for the stop key (skein events), then wait again
 
+# --- TensorBoard (side task)
+TENSORBOARD_START_S = 180.0  # until it must answer HTTP 200 (importing TF on a busy node)
+TENSORBOARD_POLL_S = 0.5  # how often its URL is tried meanwhile
+TENSORBOARD_DONE_SLACK_S = 30.0  # YARN: the driver waits linger plus this for it to end
+
 # --- stores
 DIR_POLL_S = 0.02  # local directory store: polling is its only way to wait (no inotify);
 # short, because start-up latency (register -> cluster spec -> TF_CONFIG) is two such waits

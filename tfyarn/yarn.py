@@ -21,6 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 from tfyarn import appspec, rm
@@ -38,6 +39,7 @@ from tfyarn.policy import (
     restart_words,
 )
 from tfyarn.settings import Settings
+from tfyarn.tensorboard import announce
 from tfyarn.tfconfig import Task
 from tfyarn.timing import YARN_KILL_WAIT_S, YARN_POLL_S
 
@@ -336,6 +338,7 @@ class Watcher:
     failures: int = 0
     begun: float = field(default_factory=time.monotonic)
     attempt: int = 0
+    tensorboard_said: bool = False
 
     def run(self) -> int:
         while True:
@@ -348,6 +351,8 @@ class Watcher:
                     return self._final(rep)
                 if str(rep.state) == "RUNNING":
                     self._progress()
+                    if self.outcome is not None and self.spec.tensorboard_linger_s:
+                        return self._lingering()
                 elif time.monotonic() - self.begun > self.spec.register_timeout_s:
                     self._never_started()
             time.sleep(YARN_POLL_S)
@@ -413,6 +418,11 @@ class Watcher:
         if phase and phase != self.phase:
             self.phase = phase
             say({"running": "training", "stopping": "finishing"}.get(phase, phase))
+        if not self.tensorboard_said:
+            line = announce(store.get(kvmod.TENSORBOARD))
+            if line:
+                say(line)
+                self.tensorboard_said = True
         started = {k.split("/")[1] for k in keys if k.endswith("/started")}
         for task in sorted(started - self.started):
             self._print_log_url(store, task)
@@ -439,6 +449,14 @@ class Watcher:
             containers = []
         for c in containers:
             say(f"{task} started: logs {log_url(c)}")
+
+    def _lingering(self) -> int:
+        """The job ended but its application stays up for TensorBoard: the outcome is
+        final already, so el_submit returns it now."""
+        assert self.outcome is not None
+        say(f"the job ended; TensorBoard stays up {self.spec.tensorboard_linger_s / 60:g} min "
+            f"(--tensorboard-linger); end it sooner with: tfyarn kill {self.app_id}")
+        return self._final(SimpleNamespace(final_status=self.outcome.state, diagnostics=""))
 
     def _final(self, rep: Any) -> int:
         final = str(rep.final_status)

@@ -12,7 +12,9 @@ opens, hdfs:// included). Prints `eval_accuracy=0.xxxx` on its own line at the e
 
 Saves a checkpoint after every epoch in --checkpoint-dir (default: tfyarn's
 TFYARN_CHECKPOINT_DIR) and resumes from the latest one, printing `resumed from epoch K`:
-so a job restarted by tfyarn (--max-restarts) goes on where it stopped.
+so a job restarted by tfyarn (--max-restarts) goes on where it stopped. Writes TensorBoard
+scalars (loss per epoch, eval accuracy) to --tensorboard-dir (default: tfyarn's
+TFYARN_TENSORBOARD_DIR, set with -enable_tensorboard True -log_tensorboard DIR).
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint-dir", default=os.environ.get("TFYARN_CHECKPOINT_DIR"),
                    help="save each epoch here and resume from the latest (default "
                         "$TFYARN_CHECKPOINT_DIR; none: no checkpoints)")
+    p.add_argument("--tensorboard-dir", default=os.environ.get("TFYARN_TENSORBOARD_DIR"),
+                   help="write TensorBoard scalars here (default $TFYARN_TENSORBOARD_DIR)")
     return p.parse_args(argv)
 
 
@@ -210,15 +214,26 @@ def evaluate(model, features: dict, labels: np.ndarray, batch: int = 4096) -> fl
     return float(np.mean((logits > 0) == (labels > 0.5)))
 
 
+def _value(loss) -> float | None:
+    """A step's loss as a float: per-replica values summed, a PSS RemoteValue fetched."""
+    if loss is None:
+        return None
+    loss = loss.fetch() if hasattr(loss, "fetch") else loss
+    parts = getattr(loss, "values", None)
+    return float(sum(np.asarray(p) for p in parts)) if parts else float(np.asarray(loss))
+
+
 class Epochs:
     """Per-epoch checkpoints (model and optimizer) in `directory`: `start` is the epoch to
     resume from. Every MWMS worker must save (saving is collective), but only the one
     that `writes` keeps its files; the others save into a scratch dir they remove."""
 
-    def __init__(self, directory: str | None, model, optimizer, writes: bool = True) -> None:
+    def __init__(self, directory: str | None, model, optimizer, writes: bool = True,
+                 summaries: str | None = None) -> None:
         import tensorflow as tf
 
         self.start, self.manager = 0, None
+        self.writer = tf.summary.create_file_writer(summaries) if summaries and writes else None
         if not directory:
             return
         ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer)
@@ -236,8 +251,9 @@ class Epochs:
             self.start = int(latest.rsplit("-", 1)[1])
             print(f"resumed from epoch {self.start}", flush=True)
 
-    def done(self, epoch: int) -> None:
-        """Epoch `epoch` (counted from 1) is complete: save it."""
+    def done(self, epoch: int, loss=None) -> None:
+        """Epoch `epoch` (counted from 1) is complete: its loss to TensorBoard, and save it."""
+        self.scalar("epoch_loss", loss, epoch)
         if self.manager is None:
             return
         self.manager.save(checkpoint_number=epoch)
@@ -245,6 +261,15 @@ class Epochs:
             import tensorflow as tf
 
             tf.io.gfile.rmtree(self.scratch)
+
+    def scalar(self, name: str, value, step: int) -> None:
+        if self.writer is None or value is None:
+            return
+        import tensorflow as tf
+
+        with self.writer.as_default():
+            tf.summary.scalar(name, _value(value), step=step)
+        self.writer.flush()
 
 
 def train_here(args, enc, train, labels):
@@ -255,14 +280,14 @@ def train_here(args, enc, train, labels):
     model = build_model(enc)
     optimizer = keras.optimizers.Adam(args.learning_rate)
     optimizer.build(model.trainable_variables)
-    epochs = Epochs(args.checkpoint_dir, model, optimizer)
+    epochs = Epochs(args.checkpoint_dir, model, optimizer, summaries=args.tensorboard_dir)
     step = make_step(tf.distribute.get_strategy(), model, optimizer, args.batch_size)
     it = iter(dataset(train, labels, args.batch_size, repeat=True))
     for epoch in range(epochs.start, args.epochs):
         for _ in range(len(labels) // args.batch_size):
-            step(it)
-        epochs.done(epoch + 1)
-    return model
+            loss = step(it)
+        epochs.done(epoch + 1, loss)
+    return model, epochs
 
 
 def train_ps(args, enc, train, labels, resolver):
@@ -276,7 +301,7 @@ def train_ps(args, enc, train, labels, resolver):
         model = build_model(enc)
         optimizer = keras.optimizers.Adam(args.learning_rate)
         optimizer.build(model.trainable_variables)
-        epochs = Epochs(args.checkpoint_dir, model, optimizer)
+        epochs = Epochs(args.checkpoint_dir, model, optimizer, summaries=args.tensorboard_dir)
     step = make_step(strategy, model, optimizer, args.batch_size)
 
     def per_worker():
@@ -285,10 +310,10 @@ def train_ps(args, enc, train, labels, resolver):
     it = iter(coordinator.create_per_worker_dataset(per_worker))
     for epoch in range(epochs.start, args.epochs):
         for _ in range(len(labels) // args.batch_size):
-            coordinator.schedule(step, args=(it,))
+            loss = coordinator.schedule(step, args=(it,))
         coordinator.join()
-        epochs.done(epoch + 1)
-    return model
+        epochs.done(epoch + 1, loss)
+    return model, epochs
 
 
 def train_mwms(args, enc, train, labels):
@@ -303,16 +328,17 @@ def train_mwms(args, enc, train, labels):
         optimizer = keras.optimizers.Adam(args.learning_rate)
         optimizer.build(model.trainable_variables)
         epochs = Epochs(args.checkpoint_dir, model, optimizer,
-                        writes=strategy.cluster_resolver.task_id == 0)
+                        writes=strategy.cluster_resolver.task_id == 0,
+                        summaries=args.tensorboard_dir)
     per_replica = args.batch_size // strategy.num_replicas_in_sync
     ds = dataset(train, labels, per_replica * strategy.num_replicas_in_sync, repeat=True)
     it = iter(strategy.experimental_distribute_dataset(ds))
     step = make_step(strategy, model, optimizer, args.batch_size)
     for epoch in range(epochs.start, args.epochs):
         for _ in range(len(labels) // args.batch_size):
-            step(it)
-        epochs.done(epoch + 1)
-    return model
+            loss = step(it)
+        epochs.done(epoch + 1, loss)
+    return model, epochs
 
 
 def serve(resolver) -> None:
@@ -340,13 +366,15 @@ def main(argv: list[str] | None = None) -> int:
     enc = Encoder(train_rows)
     (train, labels), (test, test_labels) = enc.transform(train_rows), enc.transform(test_rows)
     if "ps" in cluster and cluster.get("worker"):
-        model = train_ps(args, enc, train, labels, resolver)
+        model, epochs = train_ps(args, enc, train, labels, resolver)
     elif "ps" not in cluster and len(cluster.get("worker", [])) > 1:
-        model = train_mwms(args, enc, train, labels)
+        model, epochs = train_mwms(args, enc, train, labels)
     else:
-        model = train_here(args, enc, train, labels)
+        model, epochs = train_here(args, enc, train, labels)
+    accuracy = evaluate(model, test, test_labels)
+    epochs.scalar("eval_accuracy", accuracy, args.epochs)
     print(f"trained on {len(labels)} rows, evaluated on {len(test_labels)}", flush=True)
-    print(f"eval_accuracy={evaluate(model, test, test_labels):.4f}", flush=True)
+    print(f"eval_accuracy={accuracy:.4f}", flush=True)
     return 0
 
 
