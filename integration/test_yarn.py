@@ -519,3 +519,28 @@ def test_tensorboard_side_task_on_yarn(tmp_path, apps, hdfs_dir):
     assert _http_status(url) is None
     assert aggregated_logs(app_id).count(f"tbdir={hdfs_dir}/tb") == 2
 
+
+
+def test_job_page_through_the_resourcemanager_proxy(tmp_path, apps):
+    import urllib.request
+
+    proc, app_id = _submit_in_background(tmp_path, apps, "-t", "tensorflow-ps", "-pn", "1",
+                                         "-wn", "2", *SMALL, "-c", "sleep 600")
+    page, tracking, deadline = None, None, time.monotonic() + 300
+    for line in proc.stderr:
+        if line.startswith("tfyarn: tracking URL: "):
+            tracking = line.split(": ", 2)[2].strip()
+        if line.startswith("tfyarn: job page: "):
+            page = line.split(": ", 2)[2].strip()
+        if (page and "training" in line) or time.monotonic() > deadline:
+            break
+    assert page and tracking, page
+    with urllib.request.urlopen(page, timeout=30) as resp:
+        html = resp.read().decode()
+    for task in ("ps:0", "chief:0", "worker:0"):
+        assert f"<td>{task}</td>" in html, html
+    assert "running" in html and "containerlogs" in html  # NodeManager log links
+    with urllib.request.urlopen(tracking, timeout=30) as resp:
+        assert "tfyarn job" in resp.read().decode()  # skein's page links ours
+    yarn_cli("application", "-kill", app_id)
+    proc.communicate(timeout=120)

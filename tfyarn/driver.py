@@ -23,9 +23,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from tfyarn import gang as gangmod
 from tfyarn import kv as kvmod
+from tfyarn.jobpage import JobPage, View, read_view
 from tfyarn.jobspec import JobSpec
 from tfyarn.policy import (
     Liveness,
@@ -358,20 +360,69 @@ def finish_yarn(store: kvmod.SkeinKV, outcome: Outcome) -> None:
         log(f"could not set the final status through skein: {exc!r}")
 
 
+def yarn_log_links(app: Any, spec: JobSpec) -> Callable[[Task], str | None]:
+    """Each task's container log URL on its NodeManager (the newest container of its
+    service: after a restart, the current attempt's)."""
+    states = ["WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED"]
+    newest: dict[str, Any] = {}
+    for c in app.get_containers(states=states):
+        if c.service_name not in newest or c.instance > newest[c.service_name].instance:
+            newest[c.service_name] = c
+    def link(task: Task) -> str | None:
+        c = newest.get(spec.container_of(task).name)
+        url = c.yarn_container_logs if c is not None else None
+        return url if not url or "://" in url else f"http://{url}"
+    return link
+
+
+def serve_page(spec: JobSpec, store: kvmod.KV, settings: Settings, host: str,
+               logs_dir: str | None) -> JobPage | None:
+    """Start the job page and publish its URL (on YARN: registered with skein's web UI);
+    a page that cannot start never stops the job."""
+    started, job_id = time.monotonic(), settings.job_id or "unknown"
+    app = store.app if isinstance(store, kvmod.SkeinKV) else None
+
+    def view() -> View:
+        links = yarn_log_links(app, spec) if app is not None else \
+            (lambda t: f"logs/{spec.container_of(t).name}")
+        return read_view(spec, store, job_id, started, links)
+
+    def log_file(name: str) -> str | None:
+        ok = logs_dir and name in {c.name for c in spec.containers()}
+        return os.path.join(logs_dir, f"{name}.log") if ok else None
+
+    page = JobPage(view, log_file)
+    try:
+        url = page.start(host)
+        if app is not None:
+            url = app.ui.add_page("tfyarn", url, link_name="tfyarn job").address
+        store.put(kvmod.PAGE, url)
+        return page
+    except Exception as exc:  # skein's web UI or a port: the job runs without its page
+        log(f"the job page could not start: {exc!r}")
+        page.stop()
+        return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tfyarn.driver")
     p.add_argument("--job", required=True, help="path of the job JSON")
     p.add_argument("--kv", required=True, help="dir:/path or skein:")
+    p.add_argument("--logs", help="local mode: the dir of the job's log files (the page "
+                   "serves them)")
     ns = p.parse_args(argv)
     with open(ns.job, encoding="utf-8") as f:
         spec = JobSpec.from_json(f.read())
     store = kvmod.open_kv(ns.kv)
     settings = Settings.from_environ()
-    outcome = run(spec, store, settings.advertise_host or socket.getfqdn(),
-                  gangmod.for_store(store, spec))
+    host = settings.advertise_host or socket.getfqdn()
+    page = serve_page(spec, store, settings, host, ns.logs)
+    outcome = run(spec, store, host, gangmod.for_store(store, spec))
     if isinstance(store, kvmod.SkeinKV):
         linger_for_tensorboard(spec, store)
         finish_yarn(store, outcome)
+    if page is not None:
+        page.stop()
     return exit_code(outcome.state)
 
 

@@ -33,6 +33,7 @@ KILL = "kill"  # reason text; put by a client (Ctrl-C, `tfyarn kill`) to ask the
 RANKS = "ranks"  # allreduce jobs: rank table, master and rendezvous, put just before CLUSTER
 ATTEMPT = "attempt"  # JSON {"attempt": k, "attempts": [earlier outcomes]}: the gang now wanted
 TENSORBOARD = "tensorboard"  # JSON {"url": ...} once it answers, or {"error": ...}
+PAGE = "page"  # the job page's URL (on YARN: proxied through the ResourceManager)
 TENSORBOARD_DONE = "tensorboard_done"  # put by the TensorBoard side task when it ended
 
 

@@ -289,7 +289,8 @@ def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Inte
     jd, py = procs.jd, sys.executable
     try:
         procs.driver = procs.spawn("driver", "", [py, "-m", "tfyarn.driver", "--job",
-                                                  jd.job_json, "--kv", jd.kv_url], jd.root, env)
+                                                  jd.job_json, "--kv", jd.kv_url, "--logs",
+                                                  os.path.join(jd.root, "logs")], jd.root, env)
         if spec.tensorboard_dir:
             procs.tensorboard = procs.spawn(  # its chatter stays in logs/tensorboard.log
                 "tensorboard", None,
@@ -425,6 +426,7 @@ class LocalJob:
     started: float = field(default_factory=time.monotonic)
     signals_before_linger: int | None = None  # a signal during the linger only ends it
     tensorboard_said: bool = False
+    page_said: bool = False
 
     def run(self) -> Outcome:
         """Run the job to its end; returns the outcome, raises JobFailed when it did not
@@ -478,6 +480,7 @@ class LocalJob:
                 return
             if asked_at is None:
                 self._next_attempt(procs, store, relaunch)
+            self._say_page(store)
             self._say_tensorboard(store)
             report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt))
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -486,6 +489,11 @@ class LocalJob:
             say(f"the driver ended without a final status ({describe_rc(procs.driver)}); "
                 "stopping every task")
             kvmod.Scoped(store, procs.attempt).put(kvmod.STOP, "the driver died")
+
+    def _say_page(self, store: kvmod.KV) -> None:
+        if not self.page_said and (url := store.get(kvmod.PAGE)):
+            say(f"job page: {url}")
+            self.page_said = True
 
     def _say_tensorboard(self, store: kvmod.KV) -> str | None:
         """Print TensorBoard's URL (or why it did not start) once it is published."""

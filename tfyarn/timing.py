@@ -19,6 +19,9 @@ STOP_POLL_S = 0.5  # directory store: how often a running launcher looks for the
 # (well inside the 3 s stop grace; skein blocks on an event instead)
 STOP_WAIT_S = 5.0  # one blocking wait for the stop key (skein events), then wait again
 
+# --- job page
+PAGE_REFRESH_S = 3.0  # the page reloads itself this often while the job runs
+
 # --- TensorBoard (side task)
 TENSORBOARD_START_S = 180.0  # until it must answer HTTP 200 (importing TF on a busy node)
 TENSORBOARD_POLL_S = 0.5  # how often its URL is tried meanwhile

@@ -339,6 +339,7 @@ class Watcher:
     begun: float = field(default_factory=time.monotonic)
     attempt: int = 0
     tensorboard_said: bool = False
+    page_said: bool = False
 
     def run(self) -> int:
         while True:
@@ -418,6 +419,9 @@ class Watcher:
         if phase and phase != self.phase:
             self.phase = phase
             say({"running": "training", "stopping": "finishing"}.get(phase, phase))
+        if not self.page_said and (page := store.get(kvmod.PAGE)):
+            say(f"job page: {page}")
+            self.page_said = True
         if not self.tensorboard_said:
             line = announce(store.get(kvmod.TENSORBOARD))
             if line:
