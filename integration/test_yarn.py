@@ -544,3 +544,23 @@ def test_job_page_through_the_resourcemanager_proxy(tmp_path, apps):
         assert "tfyarn job" in resp.read().decode()  # skein's page links ours
     yarn_cli("application", "-kill", app_id)
     proc.communicate(timeout=120)
+
+
+def test_interact_streams_task_lines(el_submit):
+    cmd = 'for i in 1 2 3; do echo "tick $i of $TFYARN_TASK_TYPE:$TFYARN_TASK_INDEX"; sleep 3; done'
+    out, app_id = el_submit("-t", "tensorflow-worker", "-wn", "2", *SMALL, "-interact", "True",
+                            "-c", cmd, timeout=600)
+    assert out.returncode == 0, out.stderr
+    for task in ("worker:0", "worker:1"):
+        for i in (1, 2, 3):
+            assert out.stderr.count(f"[{task}] tick {i} of {task}") == 1, out.stderr
+
+
+def test_logs_follow_a_running_app(el_submit):
+    cmd = 'for i in 1 2 3 4; do echo "beat $i"; sleep 5; done'
+    out, app_id = el_submit("-t", "standalone", "--detach", *SMALL, "-c", cmd, timeout=300)
+    assert out.returncode == 0, out.stderr
+    follow = subprocess.run([sys.executable, "-m", "tfyarn", "logs", app_id, "--follow"],
+                            capture_output=True, text=True, timeout=600)
+    assert follow.returncode == 0, follow.stderr
+    assert "[worker:0] beat 4" in follow.stdout and f"{app_id} ended" in follow.stderr

@@ -75,3 +75,13 @@ def test_split_command_skips_option_values():
     assert split_command(["-a", "-c", "-wn", "2", "-c", "python", "x.py", "-c", "1"]) == (
         ["-a", "-c", "-wn", "2"], ("python", "x.py", "-c", "1"))
     assert split_command(["-t", "standalone"]) == (["-t", "standalone"], None)
+
+
+def test_interact_flag(el_submit):
+    out = el_submit("-t", "standalone", "-interact", "True", "--detach", "-c", "true")
+    assert out.returncode == 2 and "drop one" in out.stderr and "logs APP --follow" in out.stderr
+    out = el_submit("-t", "standalone", "-interact", "maybe", "--local", "-c", "true")
+    assert out.returncode == 2 and "-interact: expected True or False" in out.stderr
+    out = el_submit("-t", "standalone", "-interact", "True", "--local", "-c", "echo hi")
+    assert out.returncode == 0 and "-interact has no effect with --local" in out.stderr
+    assert "[worker:0] hi" in out.stderr

@@ -77,6 +77,6 @@ def test_dir_archives_are_deterministic(tmp_path):
     (src / "pkg" / "a.py").write_text("A = 1\n")
     (src / "b.txt").write_text("b")
     entries = [(str(src / "pkg" / "a.py"), "pkg/a.py"), (str(src / "b.txt"), "b.txt")]
-    yarn._archive(entries, str(tmp_path / "one.tar.gz"))
-    yarn._archive(list(reversed(entries)), str(tmp_path / "two.tar.gz"))
+    yarn._archive(entries, str(tmp_path / "one.tar.gz"), "-f proj")
+    yarn._archive(list(reversed(entries)), str(tmp_path / "two.tar.gz"), "-f proj")
     assert sha256(str(tmp_path / "one.tar.gz")) == sha256(str(tmp_path / "two.tar.gz"))

@@ -414,3 +414,84 @@ def test_a_signal_during_submission_still_kills_the_submitted_app(monkeypatch):
                           else signal.SIG_DFL)
     assert ended.value.exit_code == 130 and client.killed == ["application_1_0042"]
 
+
+
+class NodeManagerLogs:
+    """A stand-in NodeManager serving /ws/v1/node/containerlogs/<id>/<file> from a dict the
+    test grows, and a stand-in skein app listing containers on it."""
+
+    def __init__(self):
+        import http.server
+
+        from conftest import reply, serve_locally
+
+        self.files: dict[str, bytes] = {}
+        files = self.files
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802
+                body = files.get(self.path)
+                reply(self, 200 if body is not None else 404, body or b"gone", "text/plain")
+
+        self.server = serve_locally(Handler)
+        self.address = f"127.0.0.1:{self.server.server_address[1]}"
+        self.containers: list = []
+
+    def add(self, service: str, instance: int, state: str = "RUNNING"):
+        from types import SimpleNamespace
+
+        c = SimpleNamespace(id=f"{service}_{instance}", service_name=service, state=state,
+                            yarn_container_id=f"container_1_0001_01_{len(self.containers):06d}",
+                            yarn_node_http_address=self.address)
+        self.containers.append(c)
+        return f"/ws/v1/node/containerlogs/{c.yarn_container_id}/{service}.log", c
+
+    def get_containers(self, states=None):
+        return [c for c in self.containers if states is None or c.state in states]
+
+
+def test_live_logs_follow_every_container_as_it_grows():
+    import io
+
+    from tfyarn.follow import LiveLogs
+
+    nm = NodeManagerLogs()
+    w1, _ = nm.add("worker-1", 0)
+    group, c_group = nm.add("workers-0", 0)
+    tb, _ = nm.add("tensorboard", 0)
+    nm.files[w1] = b"tfyarn: worker:1: registered\nstep 1\nste"
+    nm.files[group] = b"[worker:2] a\n[worker:3] b\n"
+    nm.files[tb] = b"TensorBoard chatter\n"
+    out = io.BytesIO()
+    live = LiveLogs(nm, out)
+    live.poll()
+    live.poll()  # nothing new: nothing twice
+    assert out.getvalue() == (b"[worker:1] tfyarn: worker:1: registered\n[worker:1] step 1\n"
+                              b"[worker:2] a\n[worker:3] b\n")
+    nm.files[w1] += b"p 2\nlast words without newline"
+    c_group.state = "SUCCEEDED"
+    live.poll()
+    assert out.getvalue().endswith(b"[worker:1] step 2\n")  # the partial line waits
+    nm.containers[0].state = "FAILED"  # ended: its last line is shown
+    w1_restarted, _ = nm.add("worker-1", 1)  # a restarted gang: a new container, followed too
+    nm.files[w1_restarted] = b"attempt 1\n"
+    live.poll()
+    assert out.getvalue().endswith(b"[worker:1] last words without newline\n"
+                                   b"[worker:1] attempt 1\n")
+    nm.server.shutdown()
+
+
+def test_live_logs_of_one_task():
+    import io
+
+    from tfyarn.follow import LiveLogs
+
+    nm = NodeManagerLogs()
+    w0, _ = nm.add("worker-0", 0)
+    group, _ = nm.add("workers-0", 0)
+    nm.files[w0] = b"zero\n"
+    nm.files[group] = b"[worker:2] mine\n[worker:3] not mine\n"
+    out = io.BytesIO()
+    LiveLogs(nm, out, task="worker:2").poll()
+    assert out.getvalue() == b"[worker:2] mine\n"
+    nm.server.shutdown()

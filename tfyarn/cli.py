@@ -27,7 +27,8 @@ EL_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
     ("-m", "mode", "MODE", "local | virtual-env (virtualenv) | docker (default local)"),
     ("-m_arg", "mode_arg", "ARG", "virtual-env: packed env .tar.gz (local path or hdfs://); "
      "docker: image"),
-    ("-interact", "interact", "BOOL", "interactive session (not supported yet)"),
+    ("-interact", "interact", "BOOL", "YARN: follow every task's output live on stderr, "
+     "[task]-prefixed, until the job ends (default False)"),
     ("-x", "exit_ps", "BOOL", "tensorflow-ps: stop ps and workers once the chief exits 0 "
      "(default False)"),
     ("-enable_tensorboard", "enable_tensorboard", "BOOL", "run TensorBoard beside the job "
@@ -151,13 +152,28 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, princip
         if dry_run:
             click.echo(spec.to_yaml(), nl=False)
             return 0
+        interact = _interact(args, local, detach)
         _warn_semantics(spec, args, local)
         if local:
             return _run_local(spec, settings, interrupts)
         from tfyarn import yarn
 
         return yarn.submit_and_watch(spec, settings, yarn.ClientOptions(
-            conf_dir=args.conf, principal=principal, keytab=keytab, detach=detach), interrupts)
+            conf_dir=args.conf, principal=principal, keytab=keytab, detach=detach,
+            follow=interact), interrupts)
+
+
+def _interact(args: Any, local: bool, detach: bool) -> bool:
+    from tfyarn.jobspec import parse_bool
+
+    interact = parse_bool("-interact", args.interact)
+    if interact and detach:
+        raise SpecError("-interact True follows the job, --detach returns at once: drop one "
+                        "(follow a detached job with: tfyarn logs APP --follow)")
+    if interact and local:
+        click.echo("tfyarn: note: -interact has no effect with --local (local mode always "
+                   "shows every task's output)", err=True)
+    return interact
 
 
 def _warn_semantics(spec: Any, args: Any, local: bool) -> None:
@@ -226,15 +242,18 @@ def status_cmd(app_id: str, conf: str | None, tasks: bool) -> int:
 @tfyarn.command("logs")
 @click.argument("app_id")
 @click.option("--task", "task", metavar="TYPE:INDEX", help="only this task, e.g. worker:1")
+@click.option("--follow", "-F", "follow", is_flag=True, help="while running: print every "
+              "task's output as it comes, until the job ends")
 @conf_option
-def logs_cmd(app_id: str, task: str | None, conf: str | None) -> int:
-    """Task logs: aggregated logs once finished, container log URLs while running."""
+def logs_cmd(app_id: str, task: str | None, follow: bool, conf: str | None) -> int:
+    """Task logs: aggregated logs once finished; while running, container log URLs, or
+    the output itself with --follow."""
     with edge():
         if app_id.startswith("local_"):
             return _local_logs(app_id, task)
         from tfyarn import yarn
 
-        return yarn.logs(app_id, task, _opts(conf))
+        return yarn.logs(app_id, task, _opts(conf), follow)
 
 
 @tfyarn.command("kill")

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from tfyarn.errors import SpecError
 from tfyarn.jobspec import ShippedFile
+from tfyarn.policy import plural
+from tfyarn.progress import Progress
 
 EXCLUDES = (".git", "__pycache__", "*.pyc", ".venv", ".pytest_cache", ".ruff_cache")
 
@@ -121,6 +123,7 @@ def inventory(files: Iterable[ShippedFile], limit_mb: int | None,
 def copy_into(inv: Inventory, root: str) -> None:
     """Copy every shipped file under `root`, keeping the hierarchy (the one real copy)."""
     made: set[str] = set()
+    progress = Progress(f"copying -f ({plural(len(inv.entries), 'file')})", inv.total_bytes)
     for src, dest in inv.entries:
         target = os.path.join(root, dest)
         parent = os.path.dirname(target)
@@ -128,6 +131,8 @@ def copy_into(inv: Inventory, root: str) -> None:
             os.makedirs(parent, exist_ok=True)
             made.add(parent)
         shutil.copy2(src, target)
+        progress.add(os.path.getsize(target))
+    progress.finish()
 
 
 def link_into(names: Iterable[str], shared: str, task_dir: str) -> None:

@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from tfyarn.progress import Progress, Reading
 from tfyarn.rm import read_site
 
 MIN_DIR_BYTES = 64 * 1024 * 1024  # -f dirs smaller than this are just uploaded each time
@@ -67,8 +68,11 @@ class HdfsCache:
             return f"hdfs://{final}", True
         self.client.makedirs(self.root)
         tmp = f"{final}.{uuid.uuid4().hex}.tmp"
+        progress = Progress(f"uploading {os.path.basename(local)} to the HDFS cache",
+                            os.path.getsize(local))
         with open(local, "rb") as f:
-            self.client.write(tmp, data=f, overwrite=True)
+            self.client.write(tmp, data=Reading(f, progress), overwrite=True)
+        progress.finish()
         try:
             self.client.rename(tmp, final)
         except Exception:  # a concurrent submit renamed the same bytes there first

@@ -423,13 +423,6 @@ def join_command(tokens: tuple[str, ...]) -> str:
     return " ".join(tokens)
 
 
-def _reject_unsupported(a: ElSubmitArgs) -> None:
-    """Flags el_submit documents that tfyarn does not do yet: say so, never ignore them."""
-    if parse_bool("-interact", a.interact):
-        raise SpecError("-interact (interactive sessions) is not supported yet; remove -interact "
-                        "and resubmit")
-
-
 def _local_path(value: str | None, cwd: str) -> str | None:
     """A dir flag: URLs as given, a local path made absolute (tasks run in dirs of their own)."""
     if value is None or "://" in value:
@@ -543,7 +536,7 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
     app_type = a.app_type or "tensorflow-ps"
     if app_type not in APP_TYPES:
         raise SpecError(f"-t: unknown app type {app_type!r}; use one of {', '.join(APP_TYPES)}")
-    _reject_unsupported(a)
+    parse_bool("-interact", a.interact)  # a client option (follow the job live): checked here
     if not a.command or not "".join(a.command).strip():
         raise SpecError("-c is missing: end the line with -c and the command to run")
     mode = {"virtualenv": "virtual-env"}.get(a.mode or "local", a.mode or "local")

@@ -41,6 +41,7 @@ from tfyarn.policy import (
     plural,
     signal_of,
 )
+from tfyarn.progress import Progress, Reading
 from tfyarn.settings import Settings
 from tfyarn.tensorboard import MISSING_HINT, announce
 from tfyarn.tfconfig import Task
@@ -143,8 +144,11 @@ def preflight(spec: JobSpec, settings: Settings) -> tuple[str, filesmod.Inventor
 def unpack_env(archive: str, dest: str) -> str:
     """Unpack a packed env once for all tasks; returns its bin dir."""
     try:
-        with tarfile.open(archive) as tar:
+        progress = Progress(f"unpacking {os.path.basename(archive)}", os.path.getsize(archive))
+        with open(archive, "rb") as raw, tarfile.open(
+                fileobj=Reading(raw, progress), mode="r|*") as tar:  # a stream: read once
             tar.extractall(dest, filter="tar")
+        progress.finish()
     except (tarfile.TarError, OSError) as exc:
         raise SpecError(f"-m_arg: cannot unpack {archive!r} as a .tar.gz env: {exc}") from None
     bin_dir = os.path.join(dest, "bin")

@@ -52,6 +52,12 @@ RESTART_EXIT_WAIT_S = 2.0  # local restart: an old launcher has reported (the dr
 # for it), so it is exiting; past this it is killed with its group
 YARN_KILL_WAIT_S = 30.0  # orderly `tfyarn kill`: wait this (plus grace) before forcing
 REST_TIMEOUT_S = 10.0  # one ResourceManager REST call
+LIVE_LOG_POLL_S = 2.0  # -interact / logs --follow: each poll reads every container's log
+# whole from its NodeManager (no offset in that API), so not much more often
+
+# --- client progress lines
+PROGRESS_S = 2.0  # a long copy/pack/upload/unpack says how far it is this often
+PROGRESS_MIN_BYTES = 64 * 2**20  # smaller steps take well under a second: stay quiet
 
 # --- process containment
 KILL_ROUNDS = 50  # sweeps for processes still alive after SIGKILL (forks racing the sweep)

@@ -28,6 +28,7 @@ from tfyarn import appspec, rm
 from tfyarn import files as filesmod
 from tfyarn import kv as kvmod
 from tfyarn.errors import EnvironmentMissing, JobFailed, SpecError, TfYarnError
+from tfyarn.follow import LiveLogs
 from tfyarn.interrupts import Interrupts
 from tfyarn.jobspec import JobSpec
 from tfyarn.policy import (
@@ -38,10 +39,11 @@ from tfyarn.policy import (
     exit_code,
     restart_words,
 )
+from tfyarn.progress import Progress
 from tfyarn.settings import Settings
 from tfyarn.tensorboard import announce
 from tfyarn.tfconfig import Task
-from tfyarn.timing import YARN_KILL_WAIT_S, YARN_POLL_S
+from tfyarn.timing import LIVE_LOG_POLL_S, YARN_KILL_WAIT_S, YARN_POLL_S
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 REPORT_RETRIES = 5  # consecutive failed report calls before the watcher gives up
@@ -60,19 +62,24 @@ class ClientOptions:
     principal: str | None = None
     keytab: str | None = None
     detach: bool = False
+    follow: bool = False  # -interact True: stream every task's output while watching
 
 
 # ---------------------------------------------------------------- staging (local I/O only)
 
 
-def _archive(entries: list[tuple[str, str]], dest: str) -> None:
+def _archive(entries: list[tuple[str, str]], dest: str, what: str) -> None:
     """A dir's files as a .tar.gz: links already followed by the walk, stored as files.
     Deterministic (sorted, no gzip timestamp), so an unchanged dir hashes the same and
     the HDFS cache finds it."""
+    sizes = {src: os.path.getsize(src) for src, _ in entries if os.path.isfile(src)}
+    progress = Progress(f"packing {what}", sum(sizes.values()))
     with open(dest, "wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as gz, \
             tarfile.open(fileobj=gz, mode="w", dereference=True) as tar:
         for src, rel in sorted(entries, key=lambda e: e[1]):
             tar.add(src, arcname=rel, recursive=False)
+            progress.add(sizes.get(src, 0))
+    progress.finish()
 
 
 def stage(spec: JobSpec, tmp: str) -> appspec.Staged:
@@ -92,7 +99,7 @@ def stage(spec: JobSpec, tmp: str) -> appspec.Staged:
         name = f.dest or f".tfyarn-files-{i}"
         archive = os.path.join(tmp, f"files-{i}.tar.gz")
         _archive([(os.path.join(f.source, rel), rel)
-                  for rel, _ in filesmod.walk(f.source, [tmp])], archive)
+                  for rel, _ in filesmod.walk(f.source, [tmp])], archive, f"-f {f.source}")
         resources.append((name, archive, "archive"))
         if not f.dest:
             contents.append(name)
@@ -279,7 +286,10 @@ def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
         with yarn_client(opts) as client, interrupts.deferred():
             # deferred from before the submit: a signal during it must not lose the app id
             # (the watcher's first step kills the application then)
+            upload = Progress("submitting; skein uploads what YARN localizes",
+                              _local_bytes(staged))
             app_id = submit(client, app_spec, spec)
+            upload.finish(done=upload.total)
             try:
                 print(app_id, flush=True)
             except (OSError, ValueError, AttributeError):
@@ -288,13 +298,19 @@ def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
             return _after_submit(client, app_id, spec, opts, interrupts)
 
 
+def _local_bytes(staged: appspec.Staged) -> int:
+    """What skein uploads at submit: the staged files that are still local (once each)."""
+    paths = {staged.job_json, staged.env_archive or "", *(r[1] for r in staged.resources)}
+    return sum(os.path.getsize(p) for p in paths if "://" not in p and os.path.isfile(p))
+
+
 def _after_submit(client: Any, app_id: str, spec: JobSpec, opts: ClientOptions,
                   interrupts: Interrupts) -> int:
     if opts.detach and not interrupts.count:  # interrupted while submitting: the watcher kills
         say(f"submitted {app_id}; follow it with: tfyarn status {app_id} | tfyarn logs {app_id} "
             f"| tfyarn kill {app_id}")
         return 0
-    return Watcher(client, app_id, spec, interrupts).run()
+    return Watcher(client, app_id, spec, interrupts, follow=opts.follow).run()
 
 
 def stop_application(client: Any, app_id: str, reason: str, grace: float = 3.0,
@@ -340,6 +356,9 @@ class Watcher:
     attempt: int = 0
     tensorboard_said: bool = False
     page_said: bool = False
+    follow: bool = False
+    live: LiveLogs | None = None
+    followed: float = -1e9
 
     def run(self) -> int:
         while True:
@@ -432,9 +451,19 @@ class Watcher:
             self._print_log_url(store, task)
         self.started |= started
         raw = store.get(kvmod.STATUS)
+        self._follow(store, final=bool(raw))
         if raw and self.outcome is None:
             self.outcome = Outcome.from_json(raw)
             store.put(kvmod.ACK, "1")
+
+    def _follow(self, store: kvmod.SkeinKV, final: bool) -> None:
+        """-interact: the tasks' new output; at most every LIVE_LOG_POLL_S, and once more
+        when the final status is out (before the ApplicationMaster may go)."""
+        if not self.follow or (not final and time.monotonic() - self.followed < LIVE_LOG_POLL_S):
+            return
+        self.followed = time.monotonic()
+        self.live = self.live or LiveLogs(store.app, getattr(sys.stderr, "buffer", None))
+        self.live.poll()
 
     def _attempt(self, store: kvmod.SkeinKV) -> int:
         """The gang now running; a restart is said once, with why."""
@@ -561,7 +590,8 @@ def select_task_logs(text: str, task: str) -> str:
     return "".join(b for b in blocks if marker in b)
 
 
-def logs(app_id: str, task: str | None, opts: ClientOptions | None = None) -> int:
+def logs(app_id: str, task: str | None, opts: ClientOptions | None = None,
+         follow: bool = False) -> int:
     opts = opts or ClientOptions()
     if task:
         try:
@@ -573,8 +603,27 @@ def logs(app_id: str, task: str | None, opts: ClientOptions | None = None) -> in
         return _aggregated_logs(app_id, task, opts)
     with yarn_client(opts) as client:
         if str(report(client, app_id).state) not in TERMINAL:
+            if follow:
+                return _follow_logs(client, app_id, task)
             return _live_log_urls(client, app_id, task)
     return _aggregated_logs(app_id, task, opts)
+
+
+def _follow_logs(client: Any, app_id: str, task: str | None) -> int:
+    """`tfyarn logs APP --follow`: the output as it comes (once the application master
+    runs: right after a --detach it may still be queued), until the application ends."""
+    live = None
+    while True:
+        if live is None and (store := app_store(client, app_id)) is not None:
+            live = LiveLogs(store.app, getattr(sys.stdout, "buffer", None), task)
+        with suppress(Exception):  # the AM is gone (or not there yet): the report says
+            if live is not None:
+                live.poll()
+        state = str(report(client, app_id).state)
+        if state in TERMINAL:
+            say(f"{app_id} ended: {state}; all of it: tfyarn logs {app_id}")
+            return 0
+        time.sleep(LIVE_LOG_POLL_S)
 
 
 def _live_log_urls(client: Any, app_id: str, task: str | None) -> int:
