@@ -503,16 +503,15 @@ def _http_status(url: str) -> int | None:
 
 
 def test_tensorboard_side_task_on_yarn(tmp_path, apps, hdfs_dir):
-    stop = f"{hdfs_dir}/stop"
-    wait = (f'until hdfs dfs -test -e {stop}; do sleep 2; done; '
-            'echo "tbdir=$TFYARN_TENSORBOARD_DIR"')
+    stop = tmp_path / "stop"  # the single node's file system, as the /proc checks assume
+    wait = (f'until [ -e {stop} ]; do sleep 1; done; echo "tbdir=$TFYARN_TENSORBOARD_DIR"')
     proc, app_id = _submit_in_background(
         tmp_path, apps, "-t", "tensorflow-worker", "-wn", "2", *SMALL, "-enable_tensorboard",
         "True", "-log_tensorboard", f"{hdfs_dir}/tb", "-c", wait)
     seen: list[str] = []
     url = _tensorboard_url(proc, seen)
     assert _http_status(url) == 200
-    hdfs_cli("dfs", "-touchz", stop)
+    stop.touch()
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, "".join(seen) + err
     assert final_state(app_id).endswith("/SUCCEEDED")
