@@ -171,3 +171,23 @@ def test_sigkill_of_a_launcher_with_two_processes_leaves_nothing(tmp_path):
     c.proc.kill()
     c.proc.wait()
     assert gone(c.job_id), job_processes(c.job_id)
+
+
+def test_a_signal_while_the_main_thread_holds_the_wake_lock_does_not_deadlock():
+    """A signal handler runs on the main thread between bytecodes, possibly inside
+    Event.wait/clear with the event's lock held: the handler must not take that lock (it
+    once did, and a launcher whose client was SIGKILLed hung forever, tasks and all)."""
+    code = (
+        "import os, signal\n"
+        "from tfyarn.launcher import StopFlag, install_signal_handlers\n"
+        "flag = StopFlag()\n"
+        "install_signal_handlers(flag)\n"
+        "with flag.wake._cond:\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    for _ in range(1000):\n"
+        "        pass\n"
+        "assert flag.wake.wait(10), 'never woken'\n"
+        "print(flag.check())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=30)
+    assert out.returncode == 0 and out.stdout.strip() == "launcher received SIGTERM", out.stderr

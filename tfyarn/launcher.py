@@ -104,9 +104,25 @@ class StopFlag:
 
 
 def install_signal_handlers(flag: StopFlag) -> None:
-    def handler(signum: int, _frame: object) -> None:
-        flag.set(f"launcher received {signal.Signals(signum).name}")
+    """SIGTERM/SIGINT/SIGHUP stop the tasks. The handler takes no lock: Python runs it on
+    the main thread between two bytecodes, possibly while that thread holds `flag.wake`'s
+    lock (inside Event.wait or clear), and setting the event there would deadlock every
+    thread of the launcher for good (seen: a launcher left running after its client was
+    SIGKILLed). It records the reason and writes a byte; a relay thread sets the event."""
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
 
+    def relay() -> None:
+        while os.read(rfd, 64):
+            flag.wake.set()
+
+    def handler(signum: int, _frame: object) -> None:
+        if flag.reason is None:
+            flag.reason = f"launcher received {signal.Signals(signum).name}"
+        with contextlib.suppress(OSError):  # a full pipe: a wake-up is pending anyway
+            os.write(wfd, b"!")
+
+    _daemon(relay)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
 
