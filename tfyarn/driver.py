@@ -140,20 +140,8 @@ class Referee:
         return None
 
     def ends(self) -> dict[Task, dict]:
-        """What the cluster says ended this attempt's containers; a failed call is no
-        news (heartbeats still find a dead launcher)."""
-        try:
-            return self.gang.ends(self.attempt)
-        except Exception as exc:  # skein's family and grpc's
-            log(f"could not read the containers' states: {exc!r}")
-            return {}
-
-    def _finished(self) -> set[Task]:
-        try:
-            return self.gang.finished(self.attempt)
-        except Exception as exc:  # as in ends(): no news
-            log(f"could not read the containers' states: {exc!r}")
-            return set()
+        """What the cluster says ended this attempt's containers."""
+        return self.gang.ends(self.attempt)
 
     def records(self, snap: Snapshot) -> dict[Task, dict]:
         """Exit records, plus a lost record for every launcher that died or went silent
@@ -227,7 +215,7 @@ class Referee:
                 not needs_yarn_word(self.last_records.get(task)):
             return outcome
         deadline = time.monotonic() + CONTAINER_END_WAIT_S
-        while task not in self._finished() and time.monotonic() < deadline:
+        while task not in self.gang.finished(self.attempt) and time.monotonic() < deadline:
             time.sleep(CONTAINER_POLL_S)
         rec = self.ends().get(task)
         if rec is None:  # its container ended normally (or YARN said nothing in time)

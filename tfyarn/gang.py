@@ -13,7 +13,9 @@ reports what the backend knows about how a gang's containers ended:
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +26,11 @@ from tfyarn.jobspec import JobSpec
 from tfyarn.policy import yarn_end
 from tfyarn.tfconfig import Task
 from tfyarn.timing import CONTAINER_POLL_S
+
+
+def log(msg: str) -> None:
+    with contextlib.suppress(OSError, ValueError):
+        print(f"tfyarn: driver: {msg}", file=sys.stderr, flush=True)
 
 
 class Gang:
@@ -94,7 +101,13 @@ class SkeinGang(Gang):
             return poll
         poll.at = time.monotonic()
         mine = self.ids.get(attempt, {})
-        for c in self.app.get_containers(states=["SUCCEEDED", "FAILED", "KILLED"]):
+        try:
+            ended = self.app.get_containers(states=["SUCCEEDED", "FAILED", "KILLED"])
+        except Exception as exc:  # skein's family and grpc's: no news this time; a dead
+            # launcher still goes silent, and the heartbeat timeout finds it
+            log(f"could not read the containers' states: {exc!r}")
+            return poll
+        for c in ended:
             container = self.containers.get(mine.get(c.id, ""))
             if container is None:
                 continue

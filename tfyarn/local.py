@@ -358,11 +358,10 @@ def end_launchers(launchers: Iterable[subprocess.Popen], timeout: float) -> None
     did not in time is killed with its group (its watchdog ends what it started)."""
     launchers = list(launchers)
     wait_procs(launchers, timeout)
-    for p in launchers:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
+    left = [p for p in launchers if p.poll() is None]
+    kill_groups(left)
+    for p in left:
+        p.wait()
 
 
 # ---------------------------------------------------------------- teardown
@@ -373,12 +372,17 @@ def job_pids(job_id: str) -> list[int]:
     return proc.tagged("TFYARN_JOB_ID", job_id)
 
 
-def kill_all(procs: Iterable[subprocess.Popen], job_id: str, docker: bool) -> None:
-    """SIGKILL every process group we started, then anything else that carries the job id."""
-    procs = list(procs)
+def kill_groups(procs: Iterable[subprocess.Popen]) -> None:
+    """SIGKILL the process group of each process we started (each leads its own)."""
     for p in procs:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
+
+
+def kill_all(procs: Iterable[subprocess.Popen], job_id: str, docker: bool) -> None:
+    """SIGKILL every process group we started, then anything else that carries the job id."""
+    procs = list(procs)
+    kill_groups(procs)
     proc.kill_rounds(lambda: job_pids(job_id))
     for p in procs:
         p.wait()
