@@ -17,6 +17,18 @@ from conftest import DATA, REPO, aggregated_logs, final_state, py, yarn_cli
 
 pytestmark = pytest.mark.yarn
 SMALL = ["-pm", "1024", "-wm", "1024"]
+# Defects the sandbox shows on Hadoop 3.3.6 that the next issue (#16) fixes: strict, so a
+# fix turns them red until the mark goes.
+ISSUE_16_QUIET_CLIENT = pytest.mark.xfail(
+    strict=True, reason="#16: the skein driver JVM's log lines come before tfyarn's Error:")
+ISSUE_16_TRACKING_PAGE = pytest.mark.xfail(
+    strict=True, reason="#16: skein's overview page at the tracking URL answers 500")
+ISSUE_16_LOG_FRAMING = pytest.mark.xfail(
+    strict=True, reason="#16: containerlogs framing (Container:/LogType:/End of LogType) "
+    "echoed as task output, task lines lost")
+# -ppn 2: two ranks (torch or TF, ~550 MB each) share a container, which the NodeManager
+# kills over its memory (the sandbox checks it, as Hadoop does by default)
+TWO_RANKS = ["-pm", "1024", "-wm", "2048"]
 DUMP = ("import json, os; print('DUMP ' + json.dumps({'tf': json.loads(os.environ['TF_CONFIG']),"
         " 'type': os.environ['TFYARN_TASK_TYPE'], 'index': os.environ['TFYARN_TASK_INDEX']}))")
 
@@ -119,9 +131,9 @@ def test_virtual_env_archive(el_submit, tmp_path):
         "\n".join(runner_sites) + "\n")
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
                     "--target", str(venv_site), str(REPO)], check=True, capture_output=True)
-    check = subprocess.run([str(venv / "bin" / "python"), "-c",
-                            "import tfyarn, skein; print(tfyarn.__file__)"],
-                           capture_output=True, text=True)
+    check = subprocess.run([str(venv / "bin" / "python"), "-c",  # not from the repo's cwd:
+                            "import tfyarn, skein; print(tfyarn.__file__)"],  # '' is sys.path[0]
+                           capture_output=True, text=True, cwd=tmp_path)
     assert check.returncode == 0 and str(venv) in check.stdout, check.stderr
     with tarfile.open(tmp_path / "env.tar.gz", "w:gz") as tar:
         for item in venv.iterdir():
@@ -212,6 +224,7 @@ def test_sigterm_to_el_submit_kills_the_application(tmp_path, apps):
     assert final_state(app_id).endswith("/KILLED")
 
 
+@ISSUE_16_QUIET_CLIENT
 def test_gpu_request_on_a_cluster_without_gpus(el_submit):
     if "yarn.io/gpu" in yarn_cli("node", "-list", "-showDetails"):
         pytest.skip("this cluster schedules GPUs")
@@ -271,7 +284,7 @@ def _rank_dumps(app_id: str) -> list[dict]:
 
 
 def test_tensorflow_mpi_ranks_on_yarn(el_submit):
-    out, app_id = el_submit("-t", "tensorflow-mpi", "-wn", "2", "-ppn", "2", *SMALL,
+    out, app_id = el_submit("-t", "tensorflow-mpi", "-wn", "2", "-ppn", "2", *TWO_RANKS,
                             "-c", py(RANK_SEE))
     assert out.returncode == 0, out.stderr
     dumps = _rank_dumps(app_id)
@@ -287,7 +300,7 @@ def test_horovod_allreduce_on_yarn(el_submit):
     code = ("import horovod.torch as hvd, torch; hvd.init(); "
             "t = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum); "
             "print(f'HVD rank={hvd.rank()} size={hvd.size()} sum={t.item():g}')")
-    out, app_id = el_submit("-t", "tensorflow-mpi", "-wn", "2", "-ppn", "2", *SMALL,
+    out, app_id = el_submit("-t", "tensorflow-mpi", "-wn", "2", "-ppn", "2", *TWO_RANKS,
                             "-c", py(code))
     assert out.returncode == 0, out.stderr
     got = sorted(x.split("HVD ", 1)[1] for x in aggregated_logs(app_id).splitlines()
@@ -307,7 +320,8 @@ def test_pytorch_ddp_on_yarn(el_submit, tmp_path):
 
 def test_a_failing_rank_on_yarn_names_it(el_submit):
     cmd = 'if [ "$RANK" = 2 ]; then exit 9; fi; sleep 600'
-    out, app_id = el_submit("-t", "tensorflow-mpi", "-wn", "2", "-ppn", "2", *SMALL, "-c", cmd,
+    out, app_id = el_submit("-t", "tensorflow-mpi", "-wn", "2", "-ppn", "2", *TWO_RANKS,
+                            "-c", cmd,
                             timeout=600)
     assert out.returncode == 1 and "(rank 2) exited with code 9" in out.stderr, out.stderr
     assert final_state(app_id).endswith("/FAILED")
@@ -520,6 +534,7 @@ def test_tensorboard_side_task_on_yarn(tmp_path, apps, hdfs_dir):
 
 
 
+@ISSUE_16_TRACKING_PAGE
 def test_job_page_through_the_resourcemanager_proxy(tmp_path, apps):
     import urllib.request
 
@@ -545,6 +560,7 @@ def test_job_page_through_the_resourcemanager_proxy(tmp_path, apps):
     proc.communicate(timeout=120)
 
 
+@ISSUE_16_LOG_FRAMING
 def test_interact_streams_task_lines(el_submit):
     cmd = 'for i in 1 2 3; do echo "tick $i of $TFYARN_TASK_TYPE:$TFYARN_TASK_INDEX"; sleep 3; done'
     out, app_id = el_submit("-t", "tensorflow-worker", "-wn", "2", *SMALL, "-interact", "True",
@@ -555,6 +571,7 @@ def test_interact_streams_task_lines(el_submit):
             assert out.stderr.count(f"[{task}] tick {i} of {task}") == 1, out.stderr
 
 
+@ISSUE_16_LOG_FRAMING
 def test_logs_follow_a_running_app(el_submit):
     cmd = 'for i in 1 2 3 4; do echo "beat $i"; sleep 5; done'
     out, app_id = el_submit("-t", "standalone", "--detach", *SMALL, "-c", cmd, timeout=300)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -14,6 +15,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "adult"
 CENSUS = REPO / "examples" / "census" / "census_single.py"
+FIXTURES = REPO.parent / "shared" / "fixtures" / "hadoop-3.3.6"  # what Hadoop 3.3.6 returns
+
+
+def real_memory_kill_message() -> str:
+    """skein's exit_message for a container that a Hadoop 3.3.6 NodeManager killed over its
+    memory, as captured on a real cluster (FIXTURES/memkill-skein-containers-...)."""
+    text = (FIXTURES / "memkill-skein-containers-exit_message.txt").read_text()
+    found = re.search(r"state=FAILED exit_message='([^']*)'", text)
+    assert found, text
+    return found.group(1)
 
 
 def job_processes(job_id: str) -> list[str]:
@@ -36,6 +47,26 @@ def el_submit(tmp_path: Path):
 
     run.tmpdir = tmpdir
     return run
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> dict[str, str]:
+    """The real single-node Hadoop 3.3.6 (`scripts/yarn-sandbox start`: started if it is
+    not running yet; CI starts it first) and the env its clients need: what `start` prints
+    to export, plus CLASSPATH (`hadoop classpath --glob`) and LD_LIBRARY_PATH with libjvm,
+    which libhdfs needs."""
+    out = subprocess.run([str(REPO / "scripts" / "yarn-sandbox"), "start"], capture_output=True,
+                         text=True, timeout=900,
+                         env={**os.environ, "SANDBOX_PYTHON": sys.executable})
+    if out.returncode != 0:
+        pytest.fail(f"scripts/yarn-sandbox start failed:\n{out.stderr[-4000:]}", pytrace=False)
+    env = dict(re.findall(r'^export (\w+)="(.*)"$', out.stdout, re.M))
+    env["PATH"] = env["PATH"].replace("$PATH", os.environ["PATH"])
+    env["CLASSPATH"] = subprocess.run(
+        [f"{env['HADOOP_HOME']}/bin/hadoop", "classpath", "--glob"], env={**os.environ, **env},
+        capture_output=True, text=True, check=True).stdout.strip()
+    env["LD_LIBRARY_PATH"] = f"{env['JAVA_HOME']}/lib/server"
+    return env
 
 
 def py(code: str) -> str:

@@ -42,6 +42,24 @@ def test_real_files_quirks_are_handled():
     assert 0.2 < labels.mean() < 0.3  # '>50K.' in adult.test counts as positive
 
 
+def test_the_shipped_gzipped_data_is_the_uci_data():
+    spec = importlib.util.spec_from_file_location("census", CENSUS)
+    census = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(census)
+    for name in ("adult.data", "adult.test"):
+        shipped = census.read_text(str(CENSUS.parent / name))  # no such file: its .gz
+        assert shipped == (DATA / name).read_text(encoding="utf-8"), name
+
+
+def test_seed_command_verbatim_in_a_copy_of_the_example(el_submit, tmp_path):
+    """A user's fresh clone: the example's own dir, its gzipped data, nothing else."""
+    clone = shutil.copytree(CENSUS.parent, tmp_path / "census")
+    out = el_submit(*SEED, "--local", "-c", "python", "census_single.py", cwd=clone, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "trained on 32561 rows, evaluated on 16281" in out.stderr
+    assert accuracy(out.stderr) >= 0.83
+
+
 def test_seed_command_local(el_submit, workdir):
     out = el_submit(*SEED, "--local", "-c", "python", "census_single.py", cwd=workdir, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]

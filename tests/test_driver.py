@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
+from conftest import real_memory_kill_message
+
 from tfyarn import kv as kvmod
 from tfyarn.driver import run
 from tfyarn.jobspec import JobSpec, Resources, Role
@@ -150,14 +152,14 @@ def test_yarn_memory_kill_is_told_and_never_retried(tmp_path):
     # then YARN's exit status -104, which skein turns into this message
     gang.put(kvmod.exit_key(Task("worker", 1)), json.dumps(
         ex(-15, stopped=True) | {"reason": "launcher received SIGTERM"}))
-    app.containers["worker-1_0"] = ["FAILED", "Container killed by YARN for exceeding memory "
-                                    "limits. 1.6 GiB of 1 GiB physical memory used"]
+    app.containers["worker-1_0"] = ["FAILED", real_memory_kill_message()]
     gang.wait(kvmod.STOP, timeout=5)
     gang.put(kvmod.exit_key(Task("worker", 0)), json.dumps(ex(-15, stopped=True)))
     thread.join(timeout=30)
     out = result["out"]
     assert out.state == "FAILED" and out.task == "worker:1"
     assert "container killed for exceeding its memory: raise -wm (now 1024 MB)" in out.message
+    assert "physical memory used" in out.message  # YARN's own words follow
     assert "exceeding its memory" in out.tasks["worker:1"]["reason"]  # the table says it too
     assert app.added == [] and kvmod.current_attempt(store) == 0
 

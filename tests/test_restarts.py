@@ -10,7 +10,7 @@ import re
 import subprocess
 import sys
 
-from conftest import job_processes
+from conftest import job_processes, real_memory_kill_message
 
 from tfyarn import policy
 from tfyarn.jobspec import JobSpec, Resources, Role
@@ -121,13 +121,18 @@ def test_exit_causes():
         assert policy.cause_of(rec) == cause, rec
 
 
+REAL_MEMORY_KILL = real_memory_kill_message()
+
+
 def test_yarn_container_ends():
     """skein's exit messages for YARN's exit statuses (-104/-103 memory, -102
     preemption, -100 lost node, -101 disks, a killed container process)."""
+    memory_kill = (policy.PERMANENT, "container killed for exceeding its memory: raise -wm "
+                   "(now 256 MB)")
     cases = {
+        REAL_MEMORY_KILL: memory_kill,  # what Hadoop 3.3.6 + skein 0.8.2 really say
         "Container killed by YARN for exceeding memory limits. 1.2 GiB of 256 MiB physical "
-        "memory used": (policy.PERMANENT, "container killed for exceeding its memory: raise -wm "
-                        "(now 256 MB)"),
+        "memory used": memory_kill,
         "Container preempted by scheduler": (policy.RETRYABLE, "was preempted by YARN"),
         "Container released on a *lost* node": (policy.RETRYABLE, "was lost with its node"),
         "Container is being decommissioned": (policy.RETRYABLE, "decommissioned"),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import sys
 import threading
 import time
 import urllib.parse
@@ -222,12 +223,36 @@ def current_attempt(store: KV) -> int:
     return attempts(store)[0]
 
 
+GRPC_FORK_VAR = "GRPC_ENABLE_FORK_SUPPORT"
+_users_grpc_fork: str | None = None  # its value before we turned it off, for user processes
+
+
+def without_grpc_fork_support() -> None:
+    """gRPC's fork handlers off in this process, set before grpc loads: we start children
+    with a live skein channel, and those handlers (restarting gRPC's threads in the child)
+    aborted children and corrupted the parent's TLS stream on YARN."""
+    global _users_grpc_fork
+    if "grpc" not in sys.modules and os.environ.get(GRPC_FORK_VAR) != "false":
+        _users_grpc_fork = os.environ.get(GRPC_FORK_VAR, "")
+        os.environ[GRPC_FORK_VAR] = "false"
+
+
+def users_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` with GRPC_ENABLE_FORK_SUPPORT as the user had it (a user's own gRPC code
+    gets its own default, not tfyarn's setting)."""
+    if _users_grpc_fork is None:
+        return env
+    env = {k: v for k, v in env.items() if k != GRPC_FORK_VAR}
+    return {**env, GRPC_FORK_VAR: _users_grpc_fork} if _users_grpc_fork else env
+
+
 def open_kv(url: str) -> KV:
     """`dir:/path` for local mode, `skein:` inside a YARN container of the application."""
     scheme, _, rest = url.partition(":")
     if scheme == "dir":
         return DirKV(rest)
     if scheme == "skein":
+        without_grpc_fork_support()
         import skein
 
         return SkeinKV(skein.ApplicationClient.from_current())

@@ -304,7 +304,7 @@ class Launcher:
 
     def start(self, slot: Slot, task_env: dict[str, str]) -> None:
         a, job_id = self.args, self.settings.job_id or "unknown"
-        env = {**os.environ, **task_env, TAG_VAR: slot.tag}
+        env = kvmod.users_env({**os.environ, **task_env, TAG_VAR: slot.tag})
         if a.docker_image:
             name = f"tfyarn-{job_id}-{slot.task.type}-{slot.task.index}"
             argv = docker_argv(a.docker_image, a.job.command, os.getcwd(), list(task_env), name,

@@ -147,10 +147,12 @@ PERMANENT = "permanent"  # would fail again: exit codes 1-127, a memory kill, tf
 
 # What YARN says, through skein's container exit message, about a container it ended
 # (exit statuses -100 lost/aborted, -101 disks, -102 preempted, -103/-104 memory):
-# words to find (lower case), the cause, and how the task's end is told.
+# words to find (lower case), the cause, and how the task's end is told. A memory kill on
+# Hadoop 3.3.6 reaches skein as just "717.0 MB of 256 MB physical memory used".
 YARN_ENDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
-    (("exceeding memory", "beyond physical memory", "beyond virtual memory",
-      "exceeded memory", "memory limit"), PERMANENT, "memory"),
+    (("physical memory used", "virtual memory used", "exceeding memory",
+      "beyond physical memory", "beyond virtual memory", "exceeded memory", "memory limit"),
+     PERMANENT, "memory"),
     (("preempt",), RETRYABLE, "was preempted by YARN"),
     (("lost* node", "lost node", "node lost"), RETRYABLE, "was lost with its node"),
     (("decommission",), RETRYABLE, "was lost with its node (decommissioned)"),

@@ -7,7 +7,8 @@ One script, every way el_submit runs it:
     workers serve until tfyarn stops them (-x True);
   - -t tensorflow-ps -wn 1 (chief + ps, no workers): trains on the chief;
   - -t tensorflow-worker -wn N: MultiWorkerMirroredStrategy custom loop on every worker.
-Reads adult.data / adult.test from the working dir or --data-dir (anything tf.io.gfile
+Reads adult.data / adult.test (or their .gz, as shipped beside this script: UCI Adult,
+CC BY 4.0, see README.md here) from the working dir or --data-dir (anything tf.io.gfile
 opens, hdfs:// included). Prints `eval_accuracy=0.xxxx` on its own line at the end.
 
 Saves a checkpoint after every epoch in --checkpoint-dir (default: tfyarn's
@@ -20,6 +21,7 @@ TFYARN_TENSORBOARD_DIR, set with -enable_tensorboard True -log_tensorboard DIR).
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import random
@@ -63,19 +65,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # ---------------------------------------------------------------- data
 
 
-def read_rows(path: str) -> list[dict[str, str]]:
-    """Parse an Adult file, skipping what the real files contain besides records: the
-    trailing blank line and adult.test's `|1x3 Cross validator` first line."""
+def read_text(path: str) -> str:
+    """A data file's text: local or any tf.io.gfile URL (hdfs:// included), plain or gzipped
+    (`PATH.gz` when PATH itself is absent: the example ships its data gzipped)."""
     if "://" in path:
         import tensorflow as tf
 
-        with tf.io.gfile.GFile(path) as f:
-            text = f.read()
+        exists, opener = tf.io.gfile.exists, lambda p: tf.io.gfile.GFile(p, "rb")
     else:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
+        exists, opener = os.path.exists, lambda p: open(p, "rb")  # noqa: SIM115
+    if not exists(path) and exists(path + ".gz"):
+        path += ".gz"
+    with opener(path) as f:
+        data = f.read()
+    return (gzip.decompress(data) if path.endswith(".gz") else data).decode("utf-8")
+
+
+def read_rows(path: str) -> list[dict[str, str]]:
+    """Parse an Adult file, skipping what the real files contain besides records: the
+    trailing blank line and adult.test's `|1x3 Cross validator` first line."""
     rows = []
-    for line in text.splitlines():
+    for line in read_text(path).splitlines():
         fields = [x.strip() for x in line.split(",")]
         if len(fields) == len(COLUMNS):
             rows.append(dict(zip(COLUMNS, fields, strict=True)))
