@@ -79,6 +79,15 @@ def test_local_mode_uses_python_option(tmp_path):
     assert "VIRTUAL_ENV" not in script and "YARN_CONTAINER_RUNTIME_TYPE" not in str(app)
 
 
+def test_an_absolute_python_is_the_commands_python(tmp_path):
+    """`--python /abs/bin/python -c python ...`: the container's PATH finds that one first."""
+    spec = job(tmp_path, python=sys.executable)
+    out = bash(appspec.runtime_setup(spec) + "command -v python3", tmp_path,
+               {"PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == os.path.join(os.path.dirname(sys.executable), "python3")
+    assert appspec.runtime_setup(job(tmp_path, python="python3")) == ""  # a name: PATH's
+
+
 def test_virtual_env_local_archive(tmp_path):
     (tmp_path / "env.tar.gz").write_bytes(b"x")
     _, app = build(job(tmp_path, mode="virtual-env", mode_arg="env.tar.gz"), tmp_path)

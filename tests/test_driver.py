@@ -185,3 +185,17 @@ def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path):
     assert out.state == "SUCCEEDED" and out.attempt == 1
     assert out.attempts[0]["message"].startswith("worker:0 was preempted by YARN")
     assert out.attempts[0]["tasks"]["worker:0"]["lost"]
+
+
+def test_the_driver_process_ends_with_its_verdict_whatever_hangs():
+    """A shutdown step that never returns (a non-daemon thread blocked for good, as a stuck
+    gRPC stream or page handler would be) cannot keep the driver, so the application,
+    alive past the deadline: it exits with the verdict's code."""
+    import subprocess
+    import sys
+
+    code = ("import threading; from tfyarn.driver import exit_within; exit_within(1.0, 3); "
+            "threading.Thread(target=threading.Event().wait).start()")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 3, r.stderr
+    assert "still shutting down after 1 s: exiting with the verdict" in r.stderr

@@ -187,3 +187,16 @@ def test_build_command_prints_the_cached_plugin(real_hdfs):
     assert r.returncode == 0, r.stderr
     path = Path(r.stdout.strip())
     assert path.exists() and path.parent.name.startswith("tf-2.")
+
+
+def test_a_container_keeps_the_plugin_in_its_local_dir_not_its_home(monkeypatch, tmp_path):
+    """A NodeManager may give containers HOME=/home/ (shared, or not writable)."""
+    monkeypatch.delenv("TFYARN_CACHE", raising=False)
+    monkeypatch.setenv("HOME", "/home/")
+    monkeypatch.setenv("CONTAINER_ID", "container_1795436950494_0007_01_000003")
+    monkeypatch.setenv("LOCAL_DIRS", f"{tmp_path}/appcache/a,{tmp_path}/appcache/b")
+    roots = hdfs.cache_roots()
+    assert roots[0] == Path(tmp_path, "appcache", "a", "tfyarn-cache", "hdfs-plugin")
+    assert not any(str(r).startswith("/home/") for r in roots)
+    monkeypatch.setenv("TFYARN_CACHE", str(tmp_path / "site"))  # a cluster-wide setting wins
+    assert hdfs.cache_roots()[0] == Path(tmp_path, "site", "hdfs-plugin")

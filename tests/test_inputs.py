@@ -296,3 +296,17 @@ def test_f_from_an_unreachable_hdfs_is_one_line(el_submit, tmp_path):
     lines = out.stderr.strip().splitlines()
     assert lines[-1].startswith("Error: -f: cannot fetch hdfs://127.0.0.1:1/ml/code over WebHDFS")
     assert list(el_submit.tmpdir.iterdir()) == []  # the half-made job dir is gone
+
+
+def test_the_hadoop_user_follows_hadoops_rule():
+    """HADOOP_USER_NAME, else the uid's login name; never a stale or missing USER (cron,
+    Oozie, systemd); in a YARN container the application's user (the NodeManager's USER)."""
+    import pwd
+
+    from tfyarn.settings import hadoop_user
+
+    me = pwd.getpwuid(os.getuid()).pw_name
+    assert hadoop_user({}) == me
+    assert hadoop_user({"USER": "someone-else"}) == me
+    assert hadoop_user({"HADOOP_USER_NAME": "etl", "USER": "x"}) == "etl"
+    assert hadoop_user({"CONTAINER_ID": "container_1_0001_01_000002", "USER": "alice"}) == "alice"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -378,10 +379,11 @@ def test_skein_failure_inside_a_lifecycle_command_is_one_line(monkeypatch):
             raise skein.exceptions.ConnectionError("lost the skein driver")
 
     monkeypatch.setattr(yarn, "require_client", lambda _opts: None)
-    monkeypatch.setattr(yarn, "_start_client", lambda _skein, _opts: Failing())
+    monkeypatch.setattr(yarn, "_start_client", lambda _skein, _opts, _log: Failing())
     with pytest.raises(TfYarnError) as failed, contextlib.suppress(SystemExit):
         yarn._ls_skein(True, yarn.ClientOptions())
     assert str(failed.value).startswith("a YARN call failed: lost the skein driver")
+    assert "skein's driver log: " in str(failed.value)  # where the JVM's own words are
 
 
 def test_a_signal_during_submission_still_kills_the_submitted_app(monkeypatch):
@@ -402,7 +404,7 @@ def test_a_signal_during_submission_still_kills_the_submitted_app(monkeypatch):
 
     client.submit = submit_then_ctrl_c
     monkeypatch.setattr(yarn, "require_client", lambda _o: None)
-    monkeypatch.setattr(yarn, "_start_client", lambda _s, _o: client)
+    monkeypatch.setattr(yarn, "_start_client", lambda *_a: client)
     monkeypatch.setattr(yarn.appspec, "application_spec", lambda *_a: object())
     try:
         with pytest.raises(JobFailed) as ended:
@@ -416,26 +418,61 @@ def test_a_signal_during_submission_still_kills_the_submitted_app(monkeypatch):
 
 
 
+def nm_containerlogs(cid: str, node: str, file: str, data: bytes, asked: int | None,
+                     running: bool, modified: str = "Mon Nov 23 12:49:24 +0000 2026") -> bytes:
+    """A Hadoop 3.3.6 NodeManager's answer to /ws/v1/node/containerlogs/CID/FILE[?size=N]:
+    the bytes (all, the first N, or the last -N) framed by a header and a footer glued to
+    them. Checked byte for byte against captured answers (FIXTURES/nm-containerlogs-*)."""
+    shown = data if asked is None else (
+        data[:asked] if asked >= 0 else data[max(0, len(data) + asked):])
+    head = f"Container: {cid} on {node}"
+    end = f"End of LogType:{file}"
+    note = (f".This log file belongs to a running container ({cid}) and so may not be complete."
+            if running else ".")
+    return (f"{head}\nLogAggregationType: LOCAL\n{'=' * len(head)}\nLogType:{file}\n"
+            f"LogLastModifiedTime:{modified}\nLogLength:{len(data)}\nLogContents:\n").encode() \
+        + shown + f"{end}{note}\n{'*' * (len(end) + 50)}\n\n".encode()
+
+
 class NodeManagerLogs:
-    """A stand-in NodeManager serving /ws/v1/node/containerlogs/<id>/<file> from a dict the
-    test grows, and a stand-in skein app listing containers on it."""
+    """A stand-in NodeManager serving containerlogs as Hadoop 3.3.6 does (nm_containerlogs;
+    404 "Unknown container" once it has forgotten one), and a stand-in skein app listing
+    the containers on it. The test grows `files` and sets `forgotten`."""
 
     def __init__(self):
         import http.server
+        import urllib.parse
 
         from conftest import reply, serve_locally
 
         self.files: dict[str, bytes] = {}
-        files = self.files
+        self.forgotten: set[str] = set()
+        self.asked: list[str] = []  # the query strings received
+        nm = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802
-                body = files.get(self.path)
-                reply(self, 200 if body is not None else 404, body or b"gone", "text/plain")
+                url = urllib.parse.urlparse(self.path)
+                nm.asked.append(url.query)
+                data = nm.files.get(url.path)
+                cid, file = url.path.split("/")[-2:]
+                if data is None or cid in nm.forgotten:
+                    return reply(self, 404, b"Unknown container. Container either has not "
+                                 b"started or has already completed or doesn't belong to this "
+                                 b"node at all.", "text/plain")
+                size = urllib.parse.parse_qs(url.query).get("size")
+                running = any(c.yarn_container_id == cid and c.state == "RUNNING"
+                              for c in nm.containers)
+                reply(self, 200, nm.render(cid, file, data, int(size[0]) if size else None,
+                                           running), "text/plain;charset=utf-8")
 
         self.server = serve_locally(Handler)
         self.address = f"127.0.0.1:{self.server.server_address[1]}"
         self.containers: list = []
+
+    @staticmethod
+    def render(cid: str, file: str, data: bytes, asked: int | None, running: bool) -> bytes:
+        return nm_containerlogs(cid, "127.0.0.1:8041", file, data, asked, running)
 
     def add(self, service: str, instance: int, state: str = "RUNNING"):
         from types import SimpleNamespace
@@ -448,6 +485,28 @@ class NodeManagerLogs:
 
     def get_containers(self, states=None):
         return [c for c in self.containers if states is None or c.state in states]
+
+
+def test_the_stand_in_nodemanager_answers_as_hadoop_3_3_6():
+    from conftest import FIXTURES
+
+    from tfyarn.follow import frames
+
+    cases = [  # fixture, asked, running, its time
+        ("nm-containerlogs-chief-servicelog-size-minus200-midrun.body", -200, True,
+         "Mon Nov 23 12:49:24 +0000 2026"),
+        ("nm-containerlogs-skein-envdump-servicelog-size-minus64-one-container-done-app-"
+         "running.body", -64, False, "Mon Nov 23 12:51:02 +0000 2026"),
+        ("nm-containerlogs-chief-servicelog-midrun.body", None, True, None),
+    ]
+    for name, asked, running, modified in cases:
+        real = (FIXTURES / name).read_bytes()
+        framed = next(frames(real, -asked if asked else None))
+        whole = b"x" * (framed.length - len(framed.data)) + framed.data  # what the file was
+        modified = modified or re.search(rb"LogLastModifiedTime:(.*)\n", real)[1].decode()
+        node = re.search(rb"^Container: \S+ on (\S+)", real)[1].decode()
+        assert nm_containerlogs(framed.container, node, framed.file, whole, asked, running,
+                                modified) == real, name
 
 
 def test_live_logs_follow_every_container_as_it_grows():
@@ -495,3 +554,52 @@ def test_live_logs_of_one_task():
     LiveLogs(nm, out, task="worker:2").poll()
     assert out.getvalue() == b"[worker:2] mine\n"
     nm.server.shutdown()
+
+
+def test_live_logs_show_every_line_once_in_order_however_the_log_grows():
+    """2,000 numbered lines written in uneven bursts (some far over what one poll asks
+    for), lines that look like Hadoop's frame, a partial line across polls; then the
+    application ends, the NodeManager forgets the container, and the rest comes from the
+    aggregated logs. Every line exactly once, in order, whole, prefixed."""
+    import io
+
+    from tfyarn.follow import TAIL_ASK, LiveLogs
+
+    nm = NodeManagerLogs()
+    path, c = nm.add("worker-0", 0)
+    lines = [f"line {i:04d} of worker:0 " + "x" * (i % 97) for i in range(2000)]
+    lines[7] = "End of LogType:worker-0.log. (a task printing Hadoop's own words)"
+    lines[8] = "Container: container_9_0009_01_000009 on 127.0.0.1:8041"
+    text = "".join(x + "\n" for x in lines).encode()
+    out = io.BytesIO()
+    live = LiveLogs(nm, out)
+    cuts = [0, 10, 333, 334 + TAIL_ASK // 40, 1500 * 60, len(text) - 25]
+    for cut in cuts[1:]:
+        nm.files[path] = text[:cut]  # mid-line cuts: a partial line waits for its end
+        live.poll()
+    assert live.pending() == [c.yarn_container_id]
+    c.state = "SUCCEEDED"
+    nm.forgotten.add(c.yarn_container_id)  # the NodeManager forgot it: 404
+    live.poll()
+    aggregated = (f"Container: {c.yarn_container_id} on 127.0.0.1_8041\n"
+                  "LogAggregationType: AGGREGATED\n====\nLogType:worker-0.log\n"
+                  f"LogLastModifiedTime:Mon Nov 23 12:49:48 +0000 2026\nLogLength:{len(text)}\n"
+                  "LogContents:\n").encode() + text + b"\nEnd of LogType:worker-0.log\n***\n\n"
+    live.finish(aggregated)
+    assert live.pending() == []
+    assert out.getvalue().decode().splitlines() == [f"[worker:0] {x}" for x in lines]
+    assert all(q.startswith("size=-") for q in nm.asked)  # only ever the tail
+    nm.server.shutdown()
+
+
+def test_frames_of_real_yarn_logs_output():
+    from conftest import FIXTURES
+
+    from tfyarn.follow import frames
+
+    text = (FIXTURES / "yarn-logs-app-after.stdout").read_bytes()
+    found = {(f.container[-6:], f.file): f for f in frames(text)}
+    chief = found[("000003", "chief-0.log")]
+    assert len(chief.data) == chief.length
+    assert b"line 24 from chief:0\n" in chief.data and b"End of LogType" not in chief.data
+    assert ("000001", "application.master.log") in found

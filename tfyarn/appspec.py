@@ -9,6 +9,7 @@ containers, and an identity derived from the container would silently change.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -76,7 +77,11 @@ def python_for(spec: JobSpec) -> str:
 
 
 def runtime_setup(spec: JobSpec) -> str:
-    """Activate a shipped env before anything runs (-m virtual-env)."""
+    """Activate a shipped env before anything runs (-m virtual-env); with -m local and an
+    absolute --python, put its dir first on PATH, so `-c python ...` is that interpreter
+    (the node's own PATH may name another python first, or none)."""
+    if spec.runtime.mode == "local" and os.path.isabs(spec.runtime.python):
+        return f'export PATH={shlex.quote(os.path.dirname(spec.runtime.python))}:"$PATH"\n'
     if spec.runtime.mode != "virtual-env":
         return ""
     return (f'export VIRTUAL_ENV="$PWD/{ENV_DIR}" PATH="$PWD/{ENV_DIR}/bin:$PATH"\n'
@@ -123,9 +128,18 @@ def tensorboard_script(spec: JobSpec) -> str:
               f"--python {shlex.quote(py)}\n")
 
 
+# skein's ApplicationMaster renders its overview page (the tracking URL) with mustache,
+# which reads the registered pages' Map.Entry objects by reflection: on Java 16 and later
+# that needs java.util opened, else every app with a page (tfyarn's job page) answers 500
+# there. JDK_JAVA_OPTIONS reaches the AM's own `java` (Java 9+; Java 8 ignores it).
+AM_JAVA_OPENS = ("--add-opens=java.base/java.util=ALL-UNNAMED "
+                 "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED")
+
+
 def driver_script(spec: JobSpec) -> str:
     py = spec.runtime.python if spec.runtime.mode == "docker" else python_for(spec)
-    return ("set -u\n" + runtime_setup(spec) + check_python(py, "driver")
+    return ("set -u\nunset JDK_JAVA_OPTIONS  # the AM's, not the driver's\n"
+            + runtime_setup(spec) + check_python(py, "driver")
             + f"exec {shlex.quote(py)} -m tfyarn.driver --job {JOB_FILE} --kv skein:\n")
 
 
@@ -187,7 +201,8 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
         "master": {
             "resources": {"memory": spec.yarn.am_memory_mb, "vcores": spec.yarn.am_vcores},
             "files": master_files,
-            "env": {**defaults.extra_env, "PYTHONUNBUFFERED": "1"},
+            "env": {**defaults.extra_env, "PYTHONUNBUFFERED": "1",
+                    "JDK_JAVA_OPTIONS": AM_JAVA_OPENS},
             "script": driver_script(spec),
         },
         "services": services,

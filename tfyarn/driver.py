@@ -55,6 +55,7 @@ from tfyarn.timing import (
     RUNNING_POLL_S,
     STOP_REPORT_S,
     TENSORBOARD_DONE_SLACK_S,
+    VERDICT_EXIT_S,
 )
 
 
@@ -392,6 +393,22 @@ def serve_page(spec: JobSpec, store: kvmod.KV, settings: Settings, host: str,
         return None
 
 
+def exit_within(seconds: float, code: int) -> None:
+    """Once the driver has its verdict, the process (on YARN the master script, whose exit
+    ends the ApplicationMaster with that status) ends within `seconds`, whatever a side
+    task, a page handler or a gRPC stream is doing: an app once stayed RUNNING for 10
+    minutes after its driver had logged FAILED."""
+
+    def force() -> None:
+        log(f"still shutting down after {seconds:g} s: exiting with the verdict")
+        sys.stderr.flush()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tfyarn.driver")
     p.add_argument("--job", required=True, help="path of the job JSON")
@@ -406,6 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     host = settings.advertise_host or socket.getfqdn()
     page = serve_page(spec, store, settings, host, ns.logs)
     outcome = run(spec, store, host, gangmod.for_store(store, spec))
+    lingering = isinstance(store, kvmod.SkeinKV) and bool(spec.tensorboard_dir) \
+        and spec.tensorboard_linger_s
+    exit_within(VERDICT_EXIT_S + (spec.tensorboard_linger_s + TENSORBOARD_DONE_SLACK_S
+                                  if lingering else 0), exit_code(outcome.state))
     if isinstance(store, kvmod.SkeinKV):
         linger_for_tensorboard(spec, store)
         finish_yarn(store, outcome)
@@ -415,4 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # no interpreter shutdown: nothing left (a thread, gRPC) may hold us

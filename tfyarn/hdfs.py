@@ -27,12 +27,19 @@ SCHEMES = ("hdfs", "viewfs")
 
 
 def cache_roots() -> list[Path]:
-    """Where built plugins are kept: $TFYARN_CACHE or ~/.cache/tfyarn, and a per-user temp
-    dir for container users without a writable home."""
-    base = os.environ.get("TFYARN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                           "tfyarn")
-    temp = os.path.join(tempfile.gettempdir(), f"tfyarn-cache-{os.getuid()}")
-    return [Path(base) / "hdfs-plugin", Path(temp) / "hdfs-plugin"]
+    """Where built plugins are kept, first usable wins: $TFYARN_CACHE (a site may set it
+    cluster-wide); in a YARN container its application's local dir (LOCAL_DIRS: the
+    NodeManager's, writable, cleaned with the app; never the container's HOME, which a
+    NodeManager may set to a shared or unwritable /home/); else ~/.cache/tfyarn; last a
+    per-user temp dir."""
+    env = os.environ
+    roots = [env["TFYARN_CACHE"]] if env.get("TFYARN_CACHE") else []
+    if env.get("CONTAINER_ID") and env.get("LOCAL_DIRS"):
+        roots.append(os.path.join(env["LOCAL_DIRS"].split(",")[0], "tfyarn-cache"))
+    else:
+        roots.append(os.path.join(os.path.expanduser("~"), ".cache", "tfyarn"))
+    roots.append(os.path.join(tempfile.gettempdir(), f"tfyarn-cache-{os.getuid()}"))
+    return [Path(r) / "hdfs-plugin" for r in roots]
 
 
 def plugin_file(tf_version: str, root: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,7 +22,7 @@ class Settings:
     keep_job_dir: bool = False
     conf_file: str | None = None
     home: str = "~"
-    user: str = "tfyarn"
+    user: str = "tfyarn"  # the Hadoop user name (hadoop_user): HDFS paths, REST calls
     gpu_count: int | None = None  # local mode: GPUs to assume (TFYARN_GPU_COUNT), else count
 
     def conf_files(self) -> tuple[str, ...]:
@@ -43,7 +44,7 @@ class Settings:
             keep_job_dir=e.get("TFYARN_KEEP_JOB_DIR", "") not in ("", "0"),
             conf_file=e.get("TFYARN_CONF"),
             home=e.get("HOME", "~"),
-            user=e.get("USER") or e.get("LOGNAME") or "tfyarn",
+            user=hadoop_user(e),
             gpu_count=int(e["TFYARN_GPU_COUNT"]) if e.get("TFYARN_GPU_COUNT", "").isdigit()
             else None,
         )
@@ -56,3 +57,18 @@ class Settings:
         if self.hadoop_conf_dir:
             return self.hadoop_conf_dir
         return os.path.join(self.hadoop_home, "etc", "hadoop") if self.hadoop_home else None
+
+
+def hadoop_user(env: Mapping[str, str]) -> str:
+    """The user Hadoop's client acts as with simple auth: HADOOP_USER_NAME, else the login
+    name of this process's uid (never a `USER` that cron, Oozie or systemd left unset or
+    stale). In a YARN container, the application's user, which the NodeManager sets as
+    USER (the uid may be the NodeManager's own). USER/LOGNAME also for a uid with no name."""
+    if env.get("HADOOP_USER_NAME"):
+        return env["HADOOP_USER_NAME"]
+    if env.get("CONTAINER_ID") and env.get("USER"):
+        return env["USER"]
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return env.get("USER") or env.get("LOGNAME") or str(os.getuid())

@@ -41,6 +41,7 @@ CONTAINER_END_WAIT_S = 12.0  # YARN: how long a failure the launcher could not e
 # (stopped by a signal, lost) waits for YARN's word on its container (preempted, memory):
 # the AM hears of an ended container within its allocate heartbeat (up to 5 s) plus the
 # NodeManager's (1 s); the word decides whether the failure is retried
+VERDICT_EXIT_S = 20.0  # the driver process ends this long after its verdict at the latest
 ACK_WAIT_S = 5.0  # how long the AM stays for a watching client to read the final status
 
 # --- clients
@@ -52,8 +53,9 @@ RESTART_EXIT_WAIT_S = 2.0  # local restart: an old launcher has reported (the dr
 # for it), so it is exiting; past this it is killed with its group
 YARN_KILL_WAIT_S = 30.0  # orderly `tfyarn kill`: wait this (plus grace) before forcing
 REST_TIMEOUT_S = 10.0  # one ResourceManager REST call
-LIVE_LOG_POLL_S = 2.0  # -interact / logs --follow: each poll reads every container's log
-# whole from its NodeManager (no offset in that API), so not much more often
+AGGREGATION_WAIT_S = 90.0  # -interact / logs --follow: for the rest of the output in `yarn logs`
+LIVE_LOG_POLL_S = 2.0  # -interact / logs --follow: each poll asks every container's
+# NodeManager for its log's new tail (one HTTP call per container)
 
 # --- client progress lines
 PROGRESS_S = 2.0  # a long copy/pack/upload/unpack says how far it is this often

@@ -43,7 +43,7 @@ from tfyarn.progress import Progress
 from tfyarn.settings import Settings
 from tfyarn.tensorboard import announce
 from tfyarn.tfconfig import Task
-from tfyarn.timing import LIVE_LOG_POLL_S, YARN_KILL_WAIT_S, YARN_POLL_S
+from tfyarn.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_KILL_WAIT_S, YARN_POLL_S
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 REPORT_RETRIES = 5  # consecutive failed report calls before the watcher gives up
@@ -182,36 +182,60 @@ def require_client(opts: ClientOptions) -> None:
         raise EnvironmentMissing(f"{NO_HADOOP} (missing: yarn)")
 
 
+def driver_log_path() -> str:
+    """Where skein's driver JVM logs: a file per client process, not el_submit's stderr
+    (which stays tfyarn's own: progress, task lines, the verdict)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    for folder in (os.path.join(base, "tfyarn", "logs"),
+                   os.path.join(tempfile.gettempdir(), f"tfyarn-logs-{os.getuid()}")):
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except OSError:
+            continue
+        if os.access(folder, os.W_OK):
+            return os.path.join(folder, f"skein-driver-{os.getpid()}.log")
+    return os.devnull
+
+
 @contextmanager
 def yarn_client(opts: ClientOptions) -> Iterator[Any]:
-    """A skein client, with what is missing said in one line instead of a traceback."""
+    """A skein client, with what is missing said in one line instead of a traceback. Its
+    driver's log goes to a file, named when the client fails and removed otherwise."""
     require_client(opts)
     if opts.conf_dir:
         os.environ["HADOOP_CONF_DIR"] = os.path.abspath(opts.conf_dir)  # read by skein's driver
     import skein
 
-    client = _start_client(skein, opts)
+    log = driver_log_path()
+    client = _start_client(skein, opts, log)
+    keep = False
     try:
         with client:
             yield client
     except (skein.exceptions.SkeinError, ConnectionError) as exc:  # any call inside
+        keep = True
         raise TfYarnError(f"a YARN call failed: {exc}; check the cluster (yarn node -list) "
-                          "and try again") from None
+                          f"and try again (skein's driver log: {log})") from None
+    finally:
+        if not keep and log != os.devnull:
+            with suppress(FileNotFoundError):
+                os.unlink(log)
 
 
-def _start_client(skein: Any, opts: ClientOptions) -> Any:
+def _start_client(skein: Any, opts: ClientOptions, log: str) -> Any:
     # skein.Client.__del__ raises on a client whose start failed: keep that noise quiet
     # while the half-built client is freed, and say what is wrong in one line instead.
     hook, message = sys.unraisablehook, None
     sys.unraisablehook = lambda _info: None
     try:
         try:
-            return skein.Client(principal=opts.principal, keytab=opts.keytab)
+            return skein.Client(principal=opts.principal, keytab=opts.keytab, log=log,
+                                log_level="INFO")
         except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
             message = _client_failure(exc)
     finally:
         sys.unraisablehook = hook
-    raise EnvironmentMissing(message)
+    raise EnvironmentMissing(f"{message} (skein's driver log: {log})")
 
 
 def _client_failure(exc: BaseException) -> str:
@@ -493,6 +517,8 @@ class Watcher:
 
     def _final(self, rep: Any) -> int:
         final = str(rep.final_status)
+        if self.live is not None:
+            finish_live_logs(self.live, self.app_id)
         if self.outcome is not None:
             say("tasks:")
             for line in attempt_tables(self.outcome):
@@ -621,9 +647,27 @@ def _follow_logs(client: Any, app_id: str, task: str | None) -> int:
                 live.poll()
         state = str(report(client, app_id).state)
         if state in TERMINAL:
+            if live is not None:
+                finish_live_logs(live, app_id)
             say(f"{app_id} ended: {state}; all of it: tfyarn logs {app_id}")
             return 0
         time.sleep(LIVE_LOG_POLL_S)
+
+
+def finish_live_logs(live: LiveLogs, app_id: str) -> None:
+    """After the end: the rest of each followed container's output, from the aggregated
+    logs (the NodeManager forgets an ended application's containers within seconds; YARN
+    aggregates their logs within seconds too). Bounded: says what to run when it gives up."""
+    deadline = time.monotonic() + AGGREGATION_WAIT_S
+    while live.pending():
+        r = subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True,
+                           timeout=AGGREGATION_WAIT_S)
+        live.finish(r.stdout)
+        if not live.pending() or time.monotonic() > deadline:
+            break
+        time.sleep(LIVE_LOG_POLL_S)
+    if live.pending():
+        say(f"some output is not aggregated yet; all of it later: tfyarn logs {app_id}")
 
 
 def _live_log_urls(client: Any, app_id: str, task: str | None) -> int:
