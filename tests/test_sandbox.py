@@ -10,6 +10,7 @@ import os
 import re
 import select
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -26,8 +27,9 @@ def props(path: Path) -> dict[str, str]:
 
 def sandbox_cmd(*args: str, env: dict[str, str] | None = None,
                 timeout: float = 600) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_PYTHON", "VIRTUAL_ENV")}
     return subprocess.run([str(SANDBOX), *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+                          timeout=timeout, env={**base, **(env or {})})
 
 
 def pid_file(sandbox: dict[str, str], daemon: str) -> Path:
@@ -89,6 +91,10 @@ def test_a_killed_nodemanager_is_restarted_by_start(sandbox):
     assert int(pid_file(sandbox, "nodemanager").read_text()) != pid
     status = sandbox_cmd("status")
     assert status.returncode == 0 and "node: RUNNING" in status.stdout, status.stdout
+    # restarted without SANDBOX_PYTHON: containers still find the sandbox's python first
+    yarn = props(Path(sandbox["HADOOP_CONF_DIR"]) / "yarn-site.xml")
+    python_dir = os.path.dirname(os.path.abspath(sys.executable))
+    assert f"PATH={python_dir}:" in yarn["yarn.nodemanager.admin-env"], yarn
 
 
 def test_a_daemon_that_cannot_start_is_named_and_nothing_is_left(tmp_path, sandbox):
