@@ -90,7 +90,7 @@ def apps(request):
     yield ids
     failed = getattr(request.node, "rep_call", None) and request.node.rep_call.failed
     for app_id in ids:
-        if "RUNNING" in final_state(app_id) or "ACCEPTED" in final_state(app_id):
+        if final_state(app_id).split("/")[0] in ("RUNNING", "ACCEPTED", "SUBMITTED", "NEW"):
             yarn_cli("application", "-kill", app_id)
         if failed:
             print(f"\n===== yarn logs -applicationId {app_id} =====")

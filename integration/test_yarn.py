@@ -458,7 +458,7 @@ def test_memory_kill_fails_with_the_memory_message_and_is_not_retried(el_submit)
     if yarn_site("yarn.nodemanager.pmem-check-enabled", "true") != "true":
         pytest.skip("this cluster never kills a container over its memory "
                     "(yarn.nodemanager.pmem-check-enabled=false; the sandbox: "
-                    "SANDBOX_PMEM_CHECK=true scripts/yarn-sandbox start)")
+                    "it is on unless SANDBOX_PMEM_CHECK=false)")
     # over any container size YARN may round -wm 256 up to (minimum allocation 1 GB)
     hog = py("import time; b = b'x' * (1600 << 20); time.sleep(120)")
     out, app_id = el_submit("-t", "standalone", "-wm", "256", "--max-restarts", "2", "-c", hog,
@@ -606,8 +606,8 @@ def test_a_soak_of_short_jobs_has_no_failure(apps, tmp_path):
                sys.executable, "-c", 'echo "soak $TFYARN_TASK_INDEX"']
         r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
         app_id = r.stdout.strip().splitlines()[0] if r.stdout.strip() else ""
-        if APP_ID.match(app_id):
-            apps.append(app_id)
+        if r.returncode != 0 and APP_ID.match(app_id):
+            apps.append(app_id)  # teardown: killed if alive, its logs printed
         return r.returncode, app_id, r.stderr
 
     with ThreadPoolExecutor(4) as pool:
