@@ -529,6 +529,27 @@ def test_tensorboard_side_task_on_yarn(tmp_path, apps, hdfs_dir):
 
 
 
+def test_a_failing_worker_ends_the_app_with_a_tensorboard_side_task(tmp_path, apps, hdfs_dir):
+    """Once the driver has its verdict, the application is FINISHED/FAILED within 30 s,
+    whatever the TensorBoard side task, the page or gRPC streams are doing."""
+    crash = 'if [ "$TFYARN_TASK_INDEX" = 1 ]; then sleep 3; kill -ABRT $$; fi; sleep 600'
+    proc, app_id = _submit_in_background(
+        tmp_path, apps, "-t", "tensorflow-worker", "-wn", "2", *SMALL, "-enable_tensorboard",
+        "True", "-log_tensorboard", f"{hdfs_dir}/tb", "-c", crash)
+    seen: list[str] = []
+    for line in proc.stderr:  # until the tasks train and the side task is up
+        seen.append(line)
+        if any("training" in x for x in seen) and any("TensorBoard: http" in x for x in seen):
+            break
+    trained = time.monotonic()
+    assert any("TensorBoard: http" in x for x in seen), "".join(seen)  # it was up
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1, "".join(seen) + err
+    assert "worker:1" in err and "SIGABRT" in err, err
+    assert final_state(app_id) == "FINISHED/FAILED"
+    assert time.monotonic() - trained < 3 + 30 + 15, "".join(seen) + err  # crash, rule, polls
+
+
 def test_job_page_through_the_resourcemanager_proxy(tmp_path, apps):
     import urllib.request
 
