@@ -7,6 +7,7 @@ for the failure case a second sandbox dir whose daemons cannot bind the first on
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import select
 import subprocess
@@ -34,7 +35,8 @@ def sandbox_cmd(*args: str, env: dict[str, str] | None = None,
 
 def pid_file(sandbox: dict[str, str], daemon: str) -> Path:
     conf = Path(sandbox["HADOOP_CONF_DIR"])
-    return conf.parent / "pids" / f"hadoop-{os.environ.get('USER') or 'root'}-{daemon}.pid"
+    user = os.environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name  # as the script does
+    return conf.parent / "pids" / f"hadoop-{user}-{daemon}.pid"
 
 
 def test_config_is_well_formed_and_complete(tmp_path, sandbox):
