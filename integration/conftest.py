@@ -140,6 +140,7 @@ def wait_until(predicate, timeout: float, what: str) -> None:
 def launcher_pid(app_id: str, task: str) -> int:
     """The launcher process of `task` (not its watchdog, which shares its command line)."""
     pids = [int(p.split(":", 1)[0]) for p in node_processes(app_id)
-            if "tfyarn.launcher" in p and f"--tasks {task} " in p and "tfyarn-watchdog" not in p]
+            if "tfyarn.runtime.launcher" in p and f"--tasks {task} " in p
+            and "tfyarn-watchdog" not in p]
     assert len(pids) == 1, node_processes(app_id)
     return pids[0]

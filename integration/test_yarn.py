@@ -636,3 +636,69 @@ def test_a_soak_of_short_jobs_has_no_failure(apps, tmp_path):
     failed = [(app_id, err[-1500:]) for rc, app_id, err in results if rc != 0]
     assert not failed, f"{len(failed)}/{SOAK_JOBS} failed:\n" + "\n\n".join(
         f"{a}:\n{e}" for a, e in failed)
+
+
+# ---------------------------------------------------------------- job files, status (#17)
+
+TF_CONFIG_SHAPE = ("import json, os; c = json.loads(os.environ['TF_CONFIG']); "
+                   "print('TFCONF', json.dumps({'cluster': {k: len(v) for k, v in "
+                   "sorted(c['cluster'].items())}, 'task': c['task'], 'memory': "
+                   "os.environ['SKEIN_RESOURCE_MEMORY'], 'vcores': "
+                   "os.environ['SKEIN_RESOURCE_VCORES']}, sort_keys=True))")
+
+
+def tf_configs(app_id: str) -> list[str]:
+    """Each task's TF_CONFIG (addresses left out) and its container's resources, from
+    the aggregated logs."""
+    text = aggregated_logs(app_id)
+    return sorted(line.split("TFCONF ", 1)[1] for line in text.splitlines()
+                  if line.startswith("TFCONF "))
+
+
+def test_a_job_file_from_dry_run_runs_the_same_job_on_yarn(el_submit, apps, tmp_path):
+    """flags -> --dry-run YAML -> `tfyarn submit job.yaml`: the same containers (their
+    resources, seen from inside) and the same TF_CONFIG as the flags themselves ran."""
+    flags = ["-t", "tensorflow-ps", "-pn", "1", "-pm", "768", "-wn", "2", "-wm", "1024",
+             "-wc", "2", "-x", "True"]
+    direct, direct_id = el_submit(*flags, "-c", py(TF_CONFIG_SHAPE), timeout=600)
+    assert direct.returncode == 0, direct.stderr
+    dry = subprocess.run([sys.executable, "-m", "tfyarn.cli", *flags, "--python", sys.executable,
+                          "--dry-run", "-c", py(TF_CONFIG_SHAPE)], cwd=tmp_path,
+                         capture_output=True, text=True, check=True)
+    (tmp_path / "job.yaml").write_text(dry.stdout)
+    again = subprocess.run([sys.executable, "-m", "tfyarn", "submit", "job.yaml"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=600)
+    file_id = again.stdout.strip().splitlines()[0] if again.stdout.strip() else ""
+    if APP_ID.match(file_id):
+        apps.append(file_id)
+    assert again.returncode == 0, again.stderr
+    first, second = tf_configs(direct_id), tf_configs(file_id)
+    assert first == second and len(first) == 3, (first, second)
+    assert {json.loads(x)["memory"] for x in first} == {"768", "1024"}
+
+
+def test_status_tasks_lists_12_workers_in_natural_order(apps, tmp_path):
+    """`tfyarn status APP --tasks` while a 12-worker job runs: every task, in natural
+    order (worker:2 before worker:10), each with a state, never `None`."""
+    cmd = [sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", "12",
+           "-wm", "256", "--am-memory", "512", "--detach", "--python", sys.executable,
+           "-c", "sleep 600"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    app_id = out.stdout.strip()
+    assert out.returncode == 0 and APP_ID.match(app_id), out.stderr
+    apps.append(app_id)
+    deadline, lines = time.monotonic() + 300, []
+    while time.monotonic() < deadline:
+        status = subprocess.run([sys.executable, "-m", "tfyarn", "status", app_id, "--tasks"],
+                                capture_output=True, text=True, timeout=120)
+        assert status.returncode == 0, status.stderr
+        lines = status.stdout.split("tasks:\n", 1)[-1].splitlines() if "tasks:" in \
+            status.stdout else []
+        if len(lines) == 12 and all(x.split()[2] == "running" for x in lines):
+            break
+        time.sleep(2)  # polling a cluster's state, not ordering events
+    assert [x.split()[0] for x in lines] == [f"worker:{i}" for i in range(12)], lines
+    assert all("None" not in x for x in lines)
+    subprocess.run([sys.executable, "-m", "tfyarn", "kill", app_id], capture_output=True,
+                   timeout=300, check=True)
+    assert final_state(app_id).endswith("/KILLED")

@@ -12,9 +12,10 @@ import pytest
 import yaml
 from conftest import REPO, job_processes, py
 
-from tfyarn import appspec
-from tfyarn.jobspec import ElSubmitArgs, JobSpec, from_el_submit
-from tfyarn.tfconfig import (
+from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+from tfyarn.client import appspec
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.tfconfig import (
     Task,
     allreduce_env,
     allreduce_ranks,
@@ -63,7 +64,7 @@ def test_allreduce_env_for_torch_and_horovod():
 
 
 def test_ranks_share_the_containers_vcores():
-    from tfyarn.tfconfig import thread_env
+    from tfyarn.core.tfconfig import thread_env
 
     assert thread_env(8, 2, {}) == {"OMP_NUM_THREADS": "4"}
     assert thread_env(1, 2, {}) == {"OMP_NUM_THREADS": "1"}

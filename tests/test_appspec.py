@@ -10,10 +10,10 @@ import tarfile
 import pytest
 import skein
 
-from tfyarn import appspec, yarn
-from tfyarn.errors import SpecError
-from tfyarn.jobspec import ElSubmitArgs, from_el_submit
-from tfyarn.settings import Settings
+from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+from tfyarn.client import appspec, staging
+from tfyarn.core.errors import SpecError
+from tfyarn.core.settings import Settings
 
 
 def job(tmp_path, **kw):
@@ -24,7 +24,7 @@ def job(tmp_path, **kw):
 def build(spec, tmp_path, defaults: appspec.ClusterDefaults | None = None):
     stage_dir = tmp_path / "stage"
     stage_dir.mkdir(exist_ok=True)
-    staged = yarn.stage(spec, str(stage_dir))
+    staged = staging.stage(spec, str(stage_dir))
     return staged, appspec.application_dict(spec, staged, defaults or appspec.ClusterDefaults())
 
 
@@ -46,7 +46,7 @@ def test_seed_job_spec(tmp_path):
         chief["script"]
     assert "--tasks ps:0 --gpus auto --kv skein:" in ps["script"]
     assert app["master"]["resources"] == {"memory": 2048, "vcores": 1}
-    assert "-m tfyarn.driver --job tfyarn-job.json --kv skein:" in app["master"]["script"]
+    assert "-m tfyarn.runtime.driver --job tfyarn-job.json --kv skein:" in app["master"]["script"]
     assert (app["name"], app["queue"], app["tags"]) == ("wide_and_deep", "ml", ["team-a", "tfyarn"])
     assert chief["files"][appspec.JOB_FILE]["type"] == "file"
     assert app["max_attempts"] == 1
@@ -75,7 +75,7 @@ def test_every_app_type(tmp_path, kw, services):
 def test_local_mode_uses_python_option(tmp_path):
     _, app = build(job(tmp_path, python="/opt/py/bin/python3.11"), tmp_path)
     script = app["services"]["chief-0"]["script"]
-    assert "exec /opt/py/bin/python3.11 -m tfyarn.launcher" in script
+    assert "exec /opt/py/bin/python3.11 -m tfyarn.runtime.launcher" in script
     assert "VIRTUAL_ENV" not in script and "YARN_CONTAINER_RUNTIME_TYPE" not in str(app)
 
 
@@ -198,21 +198,21 @@ def test_check_python_says_what_is_missing(tmp_path):
 def test_site_defaults_from_conf_file(tmp_path):
     conf = tmp_path / "tfyarn.yaml"
     conf.write_text("docker:\n  network: bridge\n  mounts: [/a:/a:ro]\nenv:\n  X: 1\n")
-    d = yarn.load_defaults(Settings(conf_file=str(conf), home=str(tmp_path)))
+    d = staging.load_defaults(Settings(conf_file=str(conf), home=str(tmp_path)))
     assert d == appspec.ClusterDefaults("bridge", ("/a:/a:ro",), {"X": "1"})
-    assert yarn.load_defaults(Settings(home=str(tmp_path))) == appspec.ClusterDefaults()
+    assert staging.load_defaults(Settings(home=str(tmp_path))) == appspec.ClusterDefaults()
 
 
 def test_f_from_hdfs_is_localized_by_yarn_not_uploaded(tmp_path):
-    from tfyarn import yarn
-    from tfyarn.jobspec import ElSubmitArgs, from_el_submit
+    from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+    from tfyarn.client import staging
 
     spec = from_el_submit(ElSubmitArgs(command=("true",), app_type="standalone",
                                        files="hdfs://nn:9000/ml/code,hdfs:///ml/adult.data"),
                           str(tmp_path))
     stage_dir = tmp_path / "stage"
     stage_dir.mkdir()
-    staged = yarn.stage(spec, str(stage_dir))
+    staged = staging.stage(spec, str(stage_dir))
     assert staged.resources == (("code", "hdfs://nn:9000/ml/code", "file"),
                                 ("adult.data", "hdfs:///ml/adult.data", "file"))
     assert sorted(p.name for p in stage_dir.iterdir()) == ["tfyarn-job.json"]  # no archive
@@ -224,7 +224,7 @@ def test_tensorboard_is_a_side_service(tmp_path):
     _, app = build(spec, tmp_path)
     tb = app["services"]["tensorboard"]
     assert tb["allow_failures"] and tb["resources"]["gpus"] == 0
-    assert "-m tfyarn.tensorboard --job tfyarn-job.json --kv skein:" in tb["script"]
+    assert "-m tfyarn.runtime.tensorboard --job tfyarn-job.json --kv skein:" in tb["script"]
     assert spec.tensorboard_dir == "hdfs:///user/me/tb"
     assert [c.name for c in spec.containers()] == ["worker-0", "worker-1"]  # not a task
     skein.ApplicationSpec.from_dict(app)

@@ -8,14 +8,14 @@ import sys
 import pytest
 import yaml
 
-from tfyarn.cli import EL_OPTIONS, EXT_OPTIONS, split_command
-from tfyarn.jobspec import JobSpec
+from tfyarn.cli.main import EL_OPTIONS, EXT_OPTIONS, split_command
+from tfyarn.core.jobspec import JobSpec
 
 HEAVY = ("skein", "grpc", "hdfs", "tensorflow", "torch")
 
 
 def test_importing_cli_loads_nothing_heavy():
-    code = f"import sys, tfyarn.cli; print([m for m in {HEAVY!r} if m in sys.modules])"
+    code = f"import sys, tfyarn.cli.main; print([m for m in {HEAVY!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -9,7 +9,7 @@ import sys
 
 from conftest import DATA
 
-from tfyarn.datacheck import check_lines
+from tfyarn.hdfs.datacheck import check_lines
 
 
 def test_blank_lines_field_counts_and_headers():

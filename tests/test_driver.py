@@ -7,12 +7,12 @@ import threading
 
 from conftest import real_memory_kill_message
 
-from tfyarn import kv as kvmod
-from tfyarn.driver import run
-from tfyarn.jobspec import JobSpec, Resources, Role
-from tfyarn.kv import KILL
-from tfyarn.policy import Outcome, decide
-from tfyarn.tfconfig import Task
+from tfyarn.core.jobspec import JobSpec, Resources, Role
+from tfyarn.core.policy import Outcome, decide
+from tfyarn.core.tfconfig import Task
+from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol.kv import KILL
+from tfyarn.runtime.driver import run
 
 R = Resources(1024, 1)
 
@@ -129,14 +129,15 @@ class FakeApp:
 
 
 def _yarn_job(tmp_path, **kw):
-    from tfyarn.gang import SkeinGang
+    from tfyarn.protocol.skeinlink import App
+    from tfyarn.runtime.gang import SkeinGang
 
     spec = job("tensorflow-worker", max_restarts=2, heartbeat_timeout_s=60, **kw)
     store = kvmod.DirKV(str(tmp_path))
     app = FakeApp(spec)
     result = {}
     thread = threading.Thread(target=lambda: result.update(
-        out=run(spec, store, gang=SkeinGang(store, app, spec))))
+        out=run(spec, store, gang=SkeinGang(store, App(app), spec))))
     thread.start()
     gang = kvmod.Scoped(store, 0)
     for t in spec.tasks():
@@ -194,7 +195,7 @@ def test_the_driver_process_ends_with_its_verdict_whatever_hangs():
     import subprocess
     import sys
 
-    code = ("import threading; from tfyarn.driver import exit_within; exit_within(1.0, 3); "
+    code = ("import threading; from tfyarn.runtime.driver import exit_within; exit_within(1.0, 3); "
             "threading.Thread(target=threading.Event().wait).start()")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 3, r.stderr

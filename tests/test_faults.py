@@ -7,9 +7,11 @@ test first proves the processes it will look for were really there.
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +39,30 @@ def wait_for(predicate, timeout: float = 30, what: str = "condition") -> None:
         time.sleep(0.1)
 
 
+def stderr_lines(proc: subprocess.Popen) -> queue.Queue:
+    """The process's stderr lines as they come (None after the last)."""
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        for line in proc.stderr:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines
+
+
+def next_line(lines: queue.Queue, words: str, timeout: float = 30) -> list[str]:
+    """The lines read until (and with) the first holding `words`."""
+    seen = []
+    while True:
+        line = lines.get(timeout=timeout)
+        assert line is not None, f"ended before {words!r}: {''.join(seen)}"
+        seen.append(line)
+        if words in line:
+            return seen
+
+
 def running(job_id: str, needle: str) -> list[str]:
     return [p for p in job_processes(job_id) if needle in p]
 
@@ -44,7 +70,7 @@ def running(job_id: str, needle: str) -> list[str]:
 def launcher_pid(job_id: str, task: str) -> int:
     """The launcher of `task` (not its watchdog, a fork with the same command line)."""
     pids = [int(p.split(":", 1)[0]) for p in job_processes(job_id)
-            if "tfyarn.launcher" in p and f"--tasks {task} " in p]
+            if "tfyarn.runtime.launcher" in p and f"--tasks {task} " in p]
     launchers = [p for p in pids if comm(p) != "tfyarn-watchdog"]
     assert len(launchers) == 1 and len(pids) == 2, pids
     return launchers[0]
@@ -85,14 +111,22 @@ def test_frozen_launcher_is_lost_after_the_heartbeat_timeout(tmp_path):
 
 
 def test_task_exiting_1_after_its_launcher_died_is_never_a_success(tmp_path):
-    # The chief finishes fine later; worker:0's end was never observed, so the job fails.
-    cmd = ('if [ "$TFYARN_TASK_TYPE" = chief ]; then sleep 4; exit 0; fi; '
-           'if [ "$TFYARN_TASK_TYPE" = worker ]; then sleep 1; exit 1; fi; sleep 300')
+    """worker:0's launcher dies; then its task exits 1 (never observed); then the chief
+    finishes fine. Each step waits for the one before (files, the store's lost key):
+    the job fails on worker:0, never succeeds on the chief."""
+    go = tmp_path / "go"
+    go.mkdir()
+    wait = f'until [ -e {go}/"$TFYARN_TASK_TYPE" ]; do sleep 0.05; done; '
+    cmd = (f'if [ "$TFYARN_TASK_TYPE" = chief ]; then {wait}exit 0; fi; '
+           f'if [ "$TFYARN_TASK_TYPE" = worker ]; then {wait}exit 1; fi; sleep 300')
     proc, job = start(tmp_path, "-t", "tensorflow-ps", "-wn", "2", "-x", "True", "--local",
                       "-c", cmd)
-    wait_for(lambda: running(job, "tfyarn.launcher") and len(running(job, "sleep")) >= 3,
-             what="tasks")
+    wait_for(lambda: len(running(job, "until [ -e")) >= 2, what="chief and worker waiting")
     os.kill(launcher_pid(job, "worker:0"), signal.SIGKILL)
+    (go / "worker").touch()
+    lost = "attempt%2F0%2Ftask%2Fworker%3A0%2Flost"
+    wait_for(lambda: any(tmp_path.glob(f"tfyarn-{job}-*/kv/{lost}")), what="worker:0 lost")
+    (go / "chief").touch()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
     assert "worker:0: launcher lost" in err
@@ -128,10 +162,14 @@ def test_second_ctrl_c_kills_at_once_and_a_third_cannot_skip_cleanup(tmp_path):
                       "-c", "trap '' TERM; setsid sleep 300 & sleep 300")
     wait_for(lambda: len(running(job, "sleep 300")) >= 6, what="tasks and daemons")
     t0 = time.monotonic()
-    for _ in range(3):
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.05)
-    _, err = proc.communicate(timeout=60)
+    lines = stderr_lines(proc)
+    proc.send_signal(signal.SIGINT)
+    said = next_line(lines, "stopping every task (send it again")  # the first one arrived
+    proc.send_signal(signal.SIGINT)
+    said += next_line(lines, "killing every task now")  # the second one arrived
+    proc.send_signal(signal.SIGINT)  # a third, during the clean-up
+    proc.wait(timeout=60)
+    err = "".join(said) + "".join(iter(lines.get, None))
     assert time.monotonic() - t0 < 2.5, err
     assert proc.returncode == 130 and "killing every task now" in err, err
     assert job_processes(job) == []
@@ -140,8 +178,8 @@ def test_second_ctrl_c_kills_at_once_and_a_third_cannot_skip_cleanup(tmp_path):
 def test_sigint_while_32_tasks_spawn(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "32", "--local",
                       "-c", "sleep 300")
-    time.sleep(0.3)  # somewhere in the middle of starting the launchers
-    proc.send_signal(signal.SIGINT)
+    wait_for(lambda: running(job, "tfyarn.runtime.launcher"), what="the first launchers")
+    proc.send_signal(signal.SIGINT)  # somewhere in the middle of starting the launchers
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err
     assert job_processes(job) == []
@@ -173,7 +211,7 @@ def test_kill_int_from_a_script_reaches_a_background_el_submit(tmp_path):
 def test_sigterm_to_the_driver_is_a_killed_job_exit_3(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--local", "-c", DAEMON)
     wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="tasks")
-    driver = next(p for p in job_processes(job) if "tfyarn.driver" in p)
+    driver = next(p for p in job_processes(job) if "tfyarn.runtime.driver" in p)
     os.kill(int(driver.split(":", 1)[0]), signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
@@ -202,7 +240,7 @@ def test_closed_stdout_is_said_and_the_job_still_runs(tmp_path):
 def test_sigkill_of_the_driver_stops_every_task_and_exits_4(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--local", "-c", DAEMON)
     wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="tasks")
-    driver = next(p for p in job_processes(job) if "tfyarn.driver" in p)
+    driver = next(p for p in job_processes(job) if "tfyarn.runtime.driver" in p)
     os.kill(int(driver.split(":", 1)[0]), signal.SIGKILL)
     t0 = time.monotonic()
     _, err = proc.communicate(timeout=60)

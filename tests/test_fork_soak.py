@@ -22,7 +22,8 @@ FORKS = 300
 
 SOAK = r"""
 import json, os, signal, sys, threading
-from tfyarn import kv, proc
+from tfyarn.protocol import kv
+from tfyarn.runtime import proc
 
 store = kv.open_kv("skein:")          # what the launcher does in its container
 store.put("soak/first", "1")
@@ -102,8 +103,9 @@ def test_hundreds_of_tasks_started_under_live_grpc_channels_all_run(stand_in_am,
 # support left on. The control below shows the soak sees the defect it guards against.
 OLD_LAUNCHER = r"""
 import ctypes, subprocess
-from tfyarn import kv as _kv, proc as _proc
-_kv.without_grpc_fork_support = lambda: None
+from tfyarn.protocol import skeinlink as _skeinlink
+from tfyarn.runtime import proc as _proc
+_skeinlink.without_grpc_fork_support = lambda: None
 def _old_start(argv, env, *, parent_death=None, **_kw):
     def death_signal():
         ctypes.CDLL(None).prctl(1, int(parent_death), 0, 0, 0)

@@ -1,4 +1,4 @@
-"""hdfs:// in TensorFlow 2.21 through tfyarn's plugin (tfyarn/native/hdfs_plugin.cc).
+"""hdfs:// in TensorFlow 2.21 through tfyarn's plugin (tfyarn/hdfs/native/hdfs_plugin.cc).
 
 Against the real thing: the sandbox's HDFS (Apache Hadoop 3.3.6's NameNode and DataNode)
 through the real libhdfs (built by scripts/hadoop/install from Apache's C sources), so
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import DATA, REPO, py
 
-from tfyarn import hdfs
+from tfyarn.hdfs import plugin as hdfs
 
 pytestmark = pytest.mark.tf
 
@@ -55,7 +55,7 @@ def run_tf(code: str, env: dict[str, str], hook: bool = True) -> subprocess.Comp
     tfyarn in the code)."""
     full = {**os.environ, **env}
     if hook:
-        full.update(hdfs.task_env(full))
+        full.update(hdfs.plugin_env(full))
     return subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
                           text=True, timeout=300)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import tarfile
 import threading
 
-from tfyarn import appspec, yarn
-from tfyarn.hdfscache import HdfsCache, sha256
-from tfyarn.settings import Settings
+from tfyarn.client import appspec, staging
+from tfyarn.core.settings import Settings
+from tfyarn.hdfs.cache import HdfsCache, sha256
 
 
 def env_archive(tmp_path, content: bytes = b"#!/bin/sh\n"):
@@ -56,10 +56,11 @@ def test_use_cache_swaps_the_env_archive_and_says_cached(webhdfs, tmp_path, caps
     archive = env_archive(tmp_path)
     staged = appspec.Staged(str(tmp_path / "job.json"), env_archive=str(archive))
     settings = Settings(hadoop_conf_dir=str(webhdfs.conf), user="carol")
-    first = yarn.use_cache(staged, settings, yarn.ClientOptions())
+    first = staging.use_cache(staged, settings, None)
     assert first.env_archive.startswith("hdfs:///user/carol/.tfyarn/cache/")
-    assert "uploaded 0 MB to the HDFS cache" in capsys.readouterr().err
-    second = yarn.use_cache(staged, settings, yarn.ClientOptions())
+    size_mb = archive.stat().st_size / 2**20
+    assert f"uploaded {size_mb:.0f} MB to the HDFS cache" in capsys.readouterr().err
+    second = staging.use_cache(staged, settings, None)
     assert second.env_archive == first.env_archive
     assert "-m_arg: cached on HDFS, nothing uploaded" in capsys.readouterr().err
     assert len(webhdfs.uploaded) == 1
@@ -67,7 +68,7 @@ def test_use_cache_swaps_the_env_archive_and_says_cached(webhdfs, tmp_path, caps
 
 def test_without_hadoop_conf_it_uploads_as_before(tmp_path, capsys):
     staged = appspec.Staged("job.json", env_archive=str(env_archive(tmp_path)))
-    out = yarn.use_cache(staged, Settings(), yarn.ClientOptions())
+    out = staging.use_cache(staged, Settings(), None)
     assert out == staged and "HDFS cache not usable here" in capsys.readouterr().err
 
 
@@ -77,6 +78,6 @@ def test_dir_archives_are_deterministic(tmp_path):
     (src / "pkg" / "a.py").write_text("A = 1\n")
     (src / "b.txt").write_text("b")
     entries = [(str(src / "pkg" / "a.py"), "pkg/a.py"), (str(src / "b.txt"), "b.txt")]
-    yarn._archive(entries, str(tmp_path / "one.tar.gz"), "-f proj")
-    yarn._archive(list(reversed(entries)), str(tmp_path / "two.tar.gz"), "-f proj")
+    staging._archive(entries, str(tmp_path / "one.tar.gz"), "-f proj")
+    staging._archive(list(reversed(entries)), str(tmp_path / "two.tar.gz"), "-f proj")
     assert sha256(str(tmp_path / "one.tar.gz")) == sha256(str(tmp_path / "two.tar.gz"))

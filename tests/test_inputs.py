@@ -13,9 +13,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import job_processes, py
+from conftest import py
 
-from tfyarn.policy import EXIT_BAD_INPUT, EXIT_TFYARN
+from tfyarn.core.errors import EXIT_BAD_INPUT, EXIT_TFYARN
 
 BIG = "9" * 400
 
@@ -274,7 +274,6 @@ def test_readme_setup_commands_chain_in_one_shell():
     ci = (REPO / ".ci" / "run").read_text()  # CI installs and tests as the README says
     assert "scripts/build-horovod" in second and "scripts/build-horovod" in ci
     shlex.split(first)  # it is a well-formed shell line
-    assert job_processes("never-a-job") == []
 
 
 def test_f_from_hdfs_is_fetched_locally(el_submit, webhdfs):
@@ -303,7 +302,7 @@ def test_the_hadoop_user_follows_hadoops_rule():
     Oozie, systemd); in a YARN container the application's user (the NodeManager's USER)."""
     import pwd
 
-    from tfyarn.settings import hadoop_user
+    from tfyarn.core.settings import hadoop_user
 
     me = pwd.getpwuid(os.getuid()).pw_name
     assert hadoop_user({}) == me

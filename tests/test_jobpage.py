@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from conftest import job_processes
 
-from tfyarn import kv as kvmod
-from tfyarn.jobpage import JobPage, read_view
-from tfyarn.jobspec import JobSpec
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.protocol import kv as kvmod
+from tfyarn.runtime.jobpage import JobPage, read_view
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -13,12 +13,11 @@ import sys
 import time
 import uuid
 
-import pytest
 from conftest import job_processes
 
-from tfyarn import kv as kvmod
-from tfyarn.jobspec import JobSpec, Resources, Role
-from tfyarn.tfconfig import Task
+from tfyarn.core.jobspec import JobSpec, Resources, Role
+from tfyarn.core.tfconfig import Task
+from tfyarn.protocol import kv as kvmod
 
 TASK = Task("worker", 0)
 
@@ -36,7 +35,7 @@ class Container:
         self.store = kvmod.Scoped(kvmod.DirKV(str(tmp_path / "kv")), 0)
         env = {**os.environ, "TFYARN_JOB_ID": self.job_id, "TFYARN_ADVERTISE_HOST": "127.0.0.1"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tfyarn.launcher", "--job", str(tmp_path / "job.json"),
+            [sys.executable, "-m", "tfyarn.runtime.launcher", "--job", str(tmp_path / "job.json"),
              "--tasks", ",".join(map(str, self.tasks)), "--kv", f"dir:{tmp_path / 'kv'}",
              "--gpus", "none"],
             cwd=tmp_path, env=env, start_new_session=True,
@@ -123,17 +122,27 @@ def test_the_user_command_is_the_launchers_direct_child(tmp_path):
     c.exit_record()
 
 
-@pytest.mark.parametrize("heartbeats", [3])
-def test_heartbeats_move_while_the_launcher_lives(tmp_path, heartbeats):
+def test_heartbeats_move_while_the_launcher_lives(tmp_path):
+    """The beat is a counter the launcher bumps every HEARTBEAT_S: three new values in a
+    row, each larger, within three beats (plus slack); then it stops with the launcher."""
+    from tfyarn.core.timing import HEARTBEAT_S
+
     c = Container(tmp_path, "sleep 300")
-    seen = set()
-    deadline = time.monotonic() + 3 * heartbeats
-    while len(seen) < heartbeats and time.monotonic() < deadline:
-        seen.add(c.store.get(kvmod.beat_key(TASK)))
-        time.sleep(0.2)
-    assert len(seen - {None}) >= heartbeats
+    c.wait_user(1)
+    values: list[int] = []
+    deadline = time.monotonic() + 4 * HEARTBEAT_S + 5
+    while len(values) < 4 and time.monotonic() < deadline:
+        raw = c.store.get(kvmod.beat_key(TASK))
+        if raw is not None and (not values or int(raw) != values[-1]):
+            values.append(int(raw))
+        time.sleep(HEARTBEAT_S / 10)  # sampling a counter, not waiting for an order
+    assert len(values) == 4 and values == sorted(set(values)), values
     c.store.put(kvmod.STOP, "done")
     c.exit_record()
+    assert c.proc.wait(timeout=30) == 0 and gone(c.job_id)
+    last = c.store.get(kvmod.beat_key(TASK))
+    assert c.store.wait("never", timeout=2 * HEARTBEAT_S) is None  # two beats' time passes
+    assert c.store.get(kvmod.beat_key(TASK)) == last  # nobody beats for a dead launcher
 
 
 def test_orphaned_daemons_are_reparented_to_the_launcher(tmp_path):
@@ -179,7 +188,7 @@ def test_a_signal_while_the_main_thread_holds_the_wake_lock_does_not_deadlock():
     once did, and a launcher whose client was SIGKILLed hung forever, tasks and all)."""
     code = (
         "import os, signal\n"
-        "from tfyarn.launcher import StopFlag, install_signal_handlers\n"
+        "from tfyarn.runtime.launcher import StopFlag, install_signal_handlers\n"
         "flag = StopFlag()\n"
         "install_signal_handlers(flag)\n"
         "with flag.wake._cond:\n"

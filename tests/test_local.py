@@ -12,7 +12,7 @@ import time
 
 from conftest import job_processes, py
 
-from tfyarn.policy import EXIT_TFYARN
+from tfyarn.core.errors import EXIT_TFYARN
 
 DUMP = ("import json, os; print('DUMP ' + json.dumps({'tf': json.loads(os.environ['TF_CONFIG']), "
         "'type': os.environ['TFYARN_TASK_TYPE'], 'index': os.environ['TFYARN_TASK_INDEX'], "

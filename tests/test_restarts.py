@@ -12,9 +12,9 @@ import sys
 
 from conftest import job_processes, real_memory_kill_message
 
-from tfyarn import policy
-from tfyarn.jobspec import JobSpec, Resources, Role
-from tfyarn.tfconfig import Task
+from tfyarn.core import policy
+from tfyarn.core.jobspec import JobSpec, Resources, Role
+from tfyarn.core.tfconfig import Task
 
 # worker:1 kills itself with SIGKILL in attempt 0 only; everyone else sleeps a moment
 KILL_ONCE = ('if [ "$TFYARN_ATTEMPT" = 0 ] && [ "$TFYARN_TASK_INDEX" = 1 ]; then kill -9 $$; '
@@ -71,10 +71,15 @@ def test_a_new_attempt_sees_nothing_of_the_old_one(el_submit, tmp_path):
     had it read attempt 0's addresses, its TF_CONFIG would name dead ports."""
     seen = tmp_path / "seen"
     seen.mkdir()
+    # each step waits for the store's record of the one before (the job dir's kv/)
+    until = 'until [ -e "$(dirname "$TFYARN_CHECKPOINT_DIR")/kv/attempt%2F{}%2Ftask%2F' \
+            'worker%3A{}%2Fexit" ]; do sleep 0.05; done'
     cmd = (f'echo "$TF_CONFIG" > {seen}/$TFYARN_ATTEMPT-$TFYARN_TASK_INDEX; '
            'case "$TFYARN_ATTEMPT-$TFYARN_TASK_INDEX" in '
-           '0-0) exit 0;; 0-1) sleep 1; kill -9 $$;; '
-           f'1-0) sleep 2; touch {seen}/done;; esac')
+           f'0-0) exit 0;; 0-1) {until.format(0, 0)}; kill -9 $$;; '
+           # after worker:1's exit, a window in which a driver that took attempt 0's
+           # exit for this one's would find the job done and stop this task
+           f'1-0) {until.format(1, 1)}; sleep 1; touch {seen}/done;; esac')
     out = el_submit(*WORKERS, "--max-restarts", "1", "-c", cmd)
     assert out.returncode == 0, out.stderr[-3000:]
     assert (seen / "done").exists(), "attempt 1's worker:0 was cut short by a stale exit"

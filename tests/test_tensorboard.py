@@ -114,9 +114,9 @@ def test_the_side_task_says_why_tensorboard_did_not_start(tmp_path):
     side task publishes the reason, el_submit prints it, the job goes on."""
     import json
 
-    from tfyarn import kv as kvmod
-    from tfyarn.jobspec import JobSpec, Resources, Role
-    from tfyarn.tensorboard import announce
+    from tfyarn.core.jobspec import JobSpec, Resources, Role
+    from tfyarn.protocol import kv as kvmod
+    from tfyarn.runtime.tensorboard import announce
 
     spec = JobSpec("t", "standalone", (Role("worker", 1, Resources(1024, 1)),), "true",
                    tensorboard_dir=str(tmp_path / "tb"))
@@ -124,7 +124,7 @@ def test_the_side_task_says_why_tensorboard_did_not_start(tmp_path):
     python = tmp_path / "python-no-site"
     python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
     python.chmod(0o755)
-    out = subprocess.run([sys.executable, "-m", "tfyarn.tensorboard", "--job",
+    out = subprocess.run([sys.executable, "-m", "tfyarn.runtime.tensorboard", "--job",
                           str(tmp_path / "job.json"), "--kv", f"dir:{tmp_path / 'kv'}",
                           "--python", str(python)], capture_output=True, text=True, timeout=60,
                          env={**os.environ, "TFYARN_ADVERTISE_HOST": "127.0.0.1"})

@@ -6,13 +6,17 @@ import json
 import os
 import re
 import sys
+import time
 
 import pytest
 
-from tfyarn import kv as kvmod
-from tfyarn import yarn
-from tfyarn.policy import EXIT_TFYARN, Outcome, format_tasks
-from tfyarn.tfconfig import Task
+from tfyarn.client import yarn
+from tfyarn.core.errors import EXIT_TFYARN
+from tfyarn.core.policy import Outcome, format_tasks
+from tfyarn.core.settings import Settings
+from tfyarn.core.tfconfig import Task
+from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol.skeinlink import App, Yarn
 
 
 @pytest.fixture
@@ -86,12 +90,22 @@ def test_select_task_logs():
 
 
 def test_failure_text_names_task_tail_and_next_command():
+    from tfyarn.core.errors import JobFailed
+
     outcome = Outcome("FAILED", "worker:1 exited with code 3", "worker:1", 3, ("a", "boom"))
-    text = yarn.failure_text("application_7_0001", "FAILED", outcome, "")
+    w = yarn.Watcher(client=None, app_id="application_7_0001", spec=_spec())
+    w.view.outcome = outcome
+    with pytest.raises(JobFailed) as failed:
+        w._final("FAILED", "")
+    text = str(failed.value)
     assert text.splitlines()[0] == "application_7_0001 FAILED: worker:1 exited with code 3"
     assert "  boom" in text and "tfyarn logs application_7_0001 --task worker:1" in text
-    bare = yarn.failure_text("application_7_0001", "KILLED", None, "Killed by user\n")
+    w.view.outcome = None
+    with pytest.raises(JobFailed) as killed:
+        w._final("KILLED", "Killed by user\n")
+    bare = str(killed.value)
     assert "KILLED: Killed by user" in bare and "yarn logs -applicationId" in bare
+    assert killed.value.exit_code == 3
 
 
 def test_task_tables(tmp_path):
@@ -105,8 +119,8 @@ def test_task_tables(tmp_path):
     store.put(kvmod.start_key(Task("chief", 0)), "{}")
     store.put(kvmod.exit_key(Task("ps", 0)), json.dumps({"code": 0}))
     live = yarn.live_tasks(top)
-    assert [x.split() for x in live] == [["chief:0", "n2:2", "running"],
-                                         ["ps:0", "n1:1", "exit", "0"]]
+    assert [x.split() for x in live] == [["ps:0", "n1:1", "exited", "0"],
+                                         ["chief:0", "n2:2", "running"]]
     # after a restart: how attempt 1 ended, then attempt 2's tasks only
     top.put(kvmod.ATTEMPT, json.dumps({"attempt": 1, "attempts": [
         {"attempt": 0, "state": "FAILED", "message": "ps:0 was killed by SIGKILL"}]}))
@@ -115,11 +129,43 @@ def test_task_tables(tmp_path):
                                     "attempt 2: running", f"  {'ps:0':<12} {'n3:3':<30} registered"]
 
 
-def test_watcher_progress_and_final_status(tmp_path, capsys):
-    from types import SimpleNamespace
+def test_status_tasks_of_a_12_worker_job_natural_order_a_state_each(tmp_path):
+    """What `tfyarn status --tasks` prints while a job runs: every task of the job (the
+    driver publishes the list), ps, chief, worker:0 .. worker:11 in natural order, each
+    with a state, a lost launcher with why, and never `None`."""
+    from tfyarn.core.jobspec import JobSpec, Resources, Role
+    from tfyarn.runtime.driver import Referee
+    from tfyarn.runtime.gang import Gang
 
-    from tfyarn.errors import JobFailed
-    from tfyarn.jobspec import JobSpec, Resources, Role
+    spec = JobSpec("t", "tensorflow-ps", (Role("ps", 1, Resources(1024, 1)),
+                                          Role("chief", 1, Resources(1024, 1)),
+                                          Role("worker", 12, Resources(1024, 1))), "true",
+                   heartbeat_timeout_s=3.0)
+    top = kvmod.DirKV(str(tmp_path))
+    top.put(kvmod.TASKS, json.dumps([str(t) for t in spec.tasks()]))
+    store = kvmod.Scoped(top, 0)
+    for t in spec.tasks()[:-1]:  # worker:11 never registers
+        store.put(kvmod.addr_key(t), f"n:{1000 + t.index}")
+    for t in spec.tasks()[:10]:
+        store.put(kvmod.start_key(t), "{}")
+    store.put(kvmod.exit_key(Task("worker", 2)), json.dumps({"code": 3, "reason": None}))
+    referee = Referee(spec, store, top, Gang(top))
+    referee.liveness.observe(Task("worker", 10), None, time.monotonic() - 60)  # silent
+    referee.step()  # the driver finds worker:10 lost and writes it down
+    lines = yarn.live_tasks(top)
+    names = [line.split()[0] for line in lines]
+    assert names == ["ps:0", "chief:0", *(f"worker:{i}" for i in range(12))]
+    states = {line.split()[0]: line.split(maxsplit=2)[2] for line in lines}
+    assert states["worker:2"] == "failed (exit 3)" and states["worker:11"] == "waiting"
+    assert states["worker:9"] == "registered" and states["worker:0"] == "running"
+    assert states["worker:10"].startswith("lost (exit -: no heartbeat for 60 s")
+    assert all("None" not in line for line in lines)
+
+
+def test_watcher_progress_and_final_status(tmp_path, capsys):
+
+    from tfyarn.core.errors import JobFailed
+    from tfyarn.core.jobspec import JobSpec, Resources, Role
 
     spec = JobSpec("t", "tensorflow-ps", (Role("ps", 1, Resources(1024, 1)),
                                           Role("chief", 1, Resources(1024, 1))), "true")
@@ -127,11 +173,11 @@ def test_watcher_progress_and_final_status(tmp_path, capsys):
     store = kvmod.Scoped(top, 0)
     w = yarn.Watcher(client=None, app_id="application_1_0002", spec=spec)
     store.put(kvmod.addr_key(Task("ps", 0)), "n1:1")
-    w._read_store(top)
+    w.view.read(top)
     store.put(kvmod.addr_key(Task("chief", 0)), "n1:2")
     top.put(kvmod.PHASE, "running")
-    w._read_store(top)
-    w._read_store(top)  # nothing new: nothing printed twice
+    w.view.read(top)
+    w.view.read(top)  # nothing new: nothing printed twice
     err = capsys.readouterr().err
     assert err.count("tasks registered") == 2 and "tasks registered 2/2" in err
     assert err.count("training") == 1
@@ -139,19 +185,19 @@ def test_watcher_progress_and_final_status(tmp_path, capsys):
                       {"chief:0": {"host": "n1", "code": 2}})
     top.put(kvmod.ATTEMPT, json.dumps({"attempt": 1, "attempts": [
         {"attempt": 0, "state": "FAILED", "message": "chief:0 was killed by SIGKILL"}]}))
-    w._read_store(top)
+    w.view.read(top)
     assert "attempt 2/1: restarting after chief:0 was killed by SIGKILL" in \
         capsys.readouterr().err
     top.put(kvmod.STATUS, outcome.to_json())
-    w._read_store(top)
-    assert w.outcome == outcome and top.get(kvmod.ACK) == "1"
+    w.view.read(top)
+    assert w.view.outcome == outcome and top.get(kvmod.ACK) == "1"
     with pytest.raises(JobFailed) as failed:
-        w._final(SimpleNamespace(final_status="FAILED", diagnostics=""))
+        w._final("FAILED", "")
     assert failed.value.exit_code == 1 and "--task chief:0" in str(failed.value)
     assert "chief:0      n1" in capsys.readouterr().err
-    w.outcome = None
+    w.view.outcome = None
     with pytest.raises(JobFailed) as killed:
-        w._final(SimpleNamespace(final_status="KILLED", diagnostics="Killed by user"))
+        w._final("KILLED", "Killed by user")
     assert killed.value.exit_code == 3
 
 
@@ -161,7 +207,7 @@ def test_watcher_progress_and_final_status(tmp_path, capsys):
 
 
 def _spec():
-    from tfyarn.jobspec import JobSpec, Resources, Role
+    from tfyarn.core.jobspec import JobSpec, Resources, Role
 
     return JobSpec("t", "tensorflow-worker", (Role("worker", 2, Resources(1024, 1)),), "true")
 
@@ -199,11 +245,8 @@ class StandInClient:
     def kill_application(self, app_id):
         self.killed.append(app_id)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *_a):
-        return False
+    def close(self):
+        pass
 
 
 def _rep(state, final="UNDEFINED", diagnostics=""):
@@ -214,13 +257,13 @@ def _rep(state, final="UNDEFINED", diagnostics=""):
 
 
 def test_watcher_survives_an_am_that_dies_right_after_running(monkeypatch, capsys):
-    from tfyarn.errors import JobFailed
+    from tfyarn.core.errors import JobFailed
 
     monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
     client = StandInClient([_rep("RUNNING"), _rep("RUNNING"),
                             _rep("FAILED", "FAILED", "AM container exited with code 1")])
     with pytest.raises(JobFailed) as failed:
-        yarn.Watcher(client, "application_1_0003", _spec()).run()
+        yarn.Watcher(Yarn(client), "application_1_0003", _spec()).run()
     assert failed.value.exit_code == 1
     assert "application_1_0003 FAILED: AM container exited with code 1" in str(failed.value)
 
@@ -228,12 +271,12 @@ def test_watcher_survives_an_am_that_dies_right_after_running(monkeypatch, capsy
 def test_watcher_gives_up_cleanly_when_yarn_stays_unreachable(monkeypatch):
     import skein
 
-    from tfyarn.errors import TfYarnError
+    from tfyarn.core.errors import TfYarnError
 
     monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
     client = StandInClient([skein.exceptions.ConnectionError("RM down")])
     with pytest.raises(TfYarnError) as lost:
-        yarn.Watcher(client, "application_1_0004", _spec()).run()
+        yarn.Watcher(Yarn(client), "application_1_0004", _spec()).run()
     assert "cannot reach YARN for application_1_0004" in str(lost.value)
     assert "tfyarn status application_1_0004" in str(lost.value)
 
@@ -241,21 +284,21 @@ def test_watcher_gives_up_cleanly_when_yarn_stays_unreachable(monkeypatch):
 def test_watcher_on_sigterm_kills_the_app_and_exits_143(monkeypatch):
     import signal
 
-    from tfyarn.errors import JobFailed
-    from tfyarn.interrupts import Interrupts
+    from tfyarn.client.interrupts import Interrupts
+    from tfyarn.core.errors import JobFailed
 
     monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
     client = StandInClient([_rep("RUNNING")])
     interrupts = Interrupts(received=[signal.SIGTERM], armed=False)
     with pytest.raises(JobFailed) as ended:
-        yarn.Watcher(client, "application_1_0005", _spec(), interrupts).run()
+        yarn.Watcher(Yarn(client), "application_1_0005", _spec(), interrupts).run()
     assert ended.value.exit_code == 143 and "terminated (SIGTERM)" in str(ended.value)
     assert client.killed == ["application_1_0005"]  # the AM was unreachable: forced
 
 
 def test_gpu_request_on_a_cluster_without_gpus_is_one_line():
-    from tfyarn.errors import SpecError
-    from tfyarn.jobspec import JobSpec, Resources, Role
+    from tfyarn.core.errors import SpecError
+    from tfyarn.core.jobspec import JobSpec, Resources, Role
 
     spec = JobSpec("t", "standalone", (Role("worker", 1, Resources(1024, 1, 1)),), "true")
 
@@ -264,7 +307,7 @@ def test_gpu_request_on_a_cluster_without_gpus_is_one_line():
             raise ValueError("Resource type 'yarn.io/gpu' not found")
 
     with pytest.raises(SpecError) as refused:
-        yarn.submit(NoGpuClient(), object(), spec)
+        Yarn(NoGpuClient()).submit(object(), max(r.resources.gpus for r in spec.roles))
     assert str(refused.value).startswith("-wg 1: this cluster has no GPU resource (yarn.io/gpu)")
 
 
@@ -345,20 +388,29 @@ def test_rest_ha_tries_every_rm(rest_rm, tmp_path, no_hadoop_env):
     assert out.returncode == 0 and "final status: SUCCEEDED" in out.stdout, out.stderr
 
 
-def test_kerberos_falls_back_to_skein(tmp_path, no_hadoop_env):
-    _rm_site(tmp_path, [1])
+def test_kerberos_falls_back_to_skein(rest_rm, tmp_path, no_hadoop_env):
+    """With Kerberos, REST (no SPNEGO here) is not even asked: the answering RM stand-in
+    sees no request, and the command goes to skein (here: no Hadoop client)."""
+    port, seen = rest_rm
+    _rm_site(tmp_path, [port])
     (tmp_path / "core-site.xml").write_text(
         "<configuration><property><name>hadoop.security.authentication</name>"
         "<value>kerberos</value></property></configuration>")
     out = _tfyarn("status", "application_1_0009", "-conf", str(tmp_path), env=no_hadoop_env)
     assert out.returncode == EXIT_TFYARN and out.stderr.startswith("Error: no Hadoop client")
+    assert seen == []
+    (tmp_path / "core-site.xml").write_text("<configuration/>")  # the control: simple auth
+    out = _tfyarn("status", "application_1_0009", "-conf", str(tmp_path), env=no_hadoop_env)
+    assert out.returncode == 0 and seen, out.stderr
 
 
-def test_kill_and_logs_of_a_finished_app_need_no_jvm(rest_rm, tmp_path, no_hadoop_env):
-    port, _ = rest_rm
+def test_kill_of_a_finished_app_needs_no_jvm(rest_rm, tmp_path, no_hadoop_env):
+    """No `yarn` on PATH (no JVM can start): the RM's REST answer alone settles it."""
+    port, seen = rest_rm
     _rm_site(tmp_path, [port])
     kill = _tfyarn("kill", "application_1_0009", "-conf", str(tmp_path), env=no_hadoop_env)
     assert kill.returncode == 0 and "already ended: FINISHED / SUCCEEDED" in kill.stderr
+    assert [p.split("?")[0] for p in seen] == ["/ws/v1/cluster/apps/application_1_0009"]
 
 
 def test_skein_failure_inside_a_lifecycle_command_is_one_line(monkeypatch):
@@ -366,7 +418,7 @@ def test_skein_failure_inside_a_lifecycle_command_is_one_line(monkeypatch):
 
     import skein
 
-    from tfyarn.errors import TfYarnError
+    from tfyarn.core.errors import TfYarnError
 
     class Failing:
         def __enter__(self):
@@ -378,11 +430,14 @@ def test_skein_failure_inside_a_lifecycle_command_is_one_line(monkeypatch):
         def get_applications(self, states=None):
             raise skein.exceptions.ConnectionError("lost the skein driver")
 
+        def close(self):
+            pass
+
     monkeypatch.setattr(yarn, "require_client", lambda _opts: None)
-    monkeypatch.setattr(yarn, "_start_client", lambda _skein, _opts, _log: Failing())
+    monkeypatch.setattr(yarn, "_start_client", lambda _opts, _log: Yarn(Failing()))
     with pytest.raises(TfYarnError) as failed, contextlib.suppress(SystemExit):
         yarn._ls_skein(True, yarn.ClientOptions())
-    assert str(failed.value).startswith("a YARN call failed: lost the skein driver")
+    assert str(failed.value).startswith("cannot list applications: lost the skein driver")
     assert "skein's driver log: " in str(failed.value)  # where the JVM's own words are
 
 
@@ -391,8 +446,8 @@ def test_a_signal_during_submission_still_kills_the_submitted_app(monkeypatch):
     submit call, and the watcher's first step kills the application."""
     import signal
 
-    from tfyarn.errors import JobFailed
-    from tfyarn.interrupts import Interrupts
+    from tfyarn.client.interrupts import Interrupts
+    from tfyarn.core.errors import JobFailed
 
     monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
     interrupts = Interrupts().install()
@@ -404,11 +459,11 @@ def test_a_signal_during_submission_still_kills_the_submitted_app(monkeypatch):
 
     client.submit = submit_then_ctrl_c
     monkeypatch.setattr(yarn, "require_client", lambda _o: None)
-    monkeypatch.setattr(yarn, "_start_client", lambda *_a: client)
+    monkeypatch.setattr(yarn, "_start_client", lambda *_a: Yarn(client))
     monkeypatch.setattr(yarn.appspec, "application_spec", lambda *_a: object())
     try:
         with pytest.raises(JobFailed) as ended:
-            yarn.submit_and_watch(_spec(), __import__("tfyarn.settings").settings.Settings(),
+            yarn.submit_and_watch(_spec(), Settings(),
                                   yarn.ClientOptions(detach=True), interrupts)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -490,7 +545,7 @@ class NodeManagerLogs:
 def test_the_stand_in_nodemanager_answers_as_hadoop_3_3_6():
     from conftest import FIXTURES
 
-    from tfyarn.follow import frames
+    from tfyarn.client.follow import frames
 
     cases = [  # fixture, asked, running, its time
         ("nm-containerlogs-chief-servicelog-size-minus200-midrun.body", -200, True,
@@ -512,7 +567,7 @@ def test_the_stand_in_nodemanager_answers_as_hadoop_3_3_6():
 def test_live_logs_follow_every_container_as_it_grows():
     import io
 
-    from tfyarn.follow import LiveLogs
+    from tfyarn.client.follow import LiveLogs
 
     nm = NodeManagerLogs()
     w1, _ = nm.add("worker-1", 0)
@@ -522,7 +577,7 @@ def test_live_logs_follow_every_container_as_it_grows():
     nm.files[group] = b"[worker:2] a\n[worker:3] b\n"
     nm.files[tb] = b"TensorBoard chatter\n"
     out = io.BytesIO()
-    live = LiveLogs(nm, out)
+    live = LiveLogs(App(nm), out)
     live.poll()
     live.poll()  # nothing new: nothing twice
     assert out.getvalue() == (b"[worker:1] tfyarn: worker:1: registered\n[worker:1] step 1\n"
@@ -543,7 +598,7 @@ def test_live_logs_follow_every_container_as_it_grows():
 def test_live_logs_of_one_task():
     import io
 
-    from tfyarn.follow import LiveLogs
+    from tfyarn.client.follow import LiveLogs
 
     nm = NodeManagerLogs()
     w0, _ = nm.add("worker-0", 0)
@@ -551,7 +606,7 @@ def test_live_logs_of_one_task():
     nm.files[w0] = b"zero\n"
     nm.files[group] = b"[worker:2] mine\n[worker:3] not mine\n"
     out = io.BytesIO()
-    LiveLogs(nm, out, task="worker:2").poll()
+    LiveLogs(App(nm), out, task="worker:2").poll()
     assert out.getvalue() == b"[worker:2] mine\n"
     nm.server.shutdown()
 
@@ -563,7 +618,7 @@ def test_live_logs_show_every_line_once_in_order_however_the_log_grows():
     aggregated logs. Every line exactly once, in order, whole, prefixed."""
     import io
 
-    from tfyarn.follow import TAIL_ASK, LiveLogs
+    from tfyarn.client.follow import TAIL_ASK, LiveLogs
 
     nm = NodeManagerLogs()
     path, c = nm.add("worker-0", 0)
@@ -572,7 +627,7 @@ def test_live_logs_show_every_line_once_in_order_however_the_log_grows():
     lines[8] = "Container: container_9_0009_01_000009 on 127.0.0.1:8041"
     text = "".join(x + "\n" for x in lines).encode()
     out = io.BytesIO()
-    live = LiveLogs(nm, out)
+    live = LiveLogs(App(nm), out)
     cuts = [0, 10, 333, 334 + TAIL_ASK // 40, 1500 * 60, len(text) - 25]
     for cut in cuts[1:]:
         nm.files[path] = text[:cut]  # mid-line cuts: a partial line waits for its end
@@ -595,7 +650,7 @@ def test_live_logs_show_every_line_once_in_order_however_the_log_grows():
 def test_frames_of_real_yarn_logs_output():
     from conftest import FIXTURES
 
-    from tfyarn.follow import frames
+    from tfyarn.client.follow import frames
 
     text = (FIXTURES / "yarn-logs-app-after.stdout").read_bytes()
     found = {(f.container[-6:], f.file): f for f in frames(text)}

@@ -1,0 +1,2 @@
+"""The command line: click commands, el_submit flag parsing, job files. Nothing imports
+it."""

@@ -1,0 +1,355 @@
+"""el_submit's flags, parsed and checked, into a JobSpec (the job model lives in core).
+
+Every value is checked before anything is started: a bad one is one SpecError naming
+the flag and the fix (the CLI edge prints `Error: ...` and exits 2).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from tfyarn.core import tfconfig, timing
+from tfyarn.core.errors import SpecError
+from tfyarn.core.jobspec import (
+    ALLREDUCE,
+    APP_TYPES,
+    ENV_KEY,
+    MAX,
+    MODES,
+    REMOTE_SCHEMES,
+    RESTART_ON,
+    SHARED_GPU,
+    JobSpec,
+    Resources,
+    Role,
+    Runtime,
+    ShippedFile,
+    YarnOptions,
+)
+
+_FALSE = {"false", "0", "no", "n", "off"}
+_TRUE = {"true", "1", "yes", "y", "on"}
+_MEMORY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([mMgGtT]?)[bB]?\s*$", re.ASCII)
+_INT = re.compile(r"^\s*-?[0-9]+\s*$", re.ASCII)
+# ---------------------------------------------------------------- value parsing
+
+
+def parse_bool(flag: str, value: str | None, default: bool = False) -> bool:
+    """el_submit booleans take a value (`-x True`); accept the usual spellings."""
+    if value is None:
+        return default
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise SpecError(f"{flag}: expected True or False, got {value!r}")
+
+
+def _shown(value: str) -> str:
+    return repr(value if len(value) <= 40 else value[:40] + "...")
+
+
+def parse_int(flag: str, value: str | None, default: int, minimum: int = 0,
+              maximum: int | None = None) -> int:
+    """A whole number in ASCII digits, within [minimum, maximum]."""
+    if value is None:
+        return default
+    if not _INT.match(value) or len(value.strip()) > 18:
+        raise SpecError(f"{flag}: expected a whole number (digits 0-9), got {_shown(value)}")
+    n = int(value)
+    if n < minimum:
+        raise SpecError(f"{flag}: must be at least {minimum}, got {n}")
+    if maximum is not None and n > maximum:
+        raise SpecError(f"{flag}: at most {maximum} (tfyarn's limit), got {n}")
+    return n
+
+
+def parse_memory(flag: str, value: str | None, default: int) -> int:
+    """Megabytes as el_submit takes them (`2000`), plus `2g`, `512m`, `1.5g`."""
+    if value is None:
+        return default
+    m = _MEMORY.match(value)
+    if not m or len(m.group(1)) > 18:
+        raise SpecError(f"{flag}: {_shown(value)} is not a memory size; give MB (2000) or "
+                        "2g / 512m")
+    scale = {"": 1, "m": 1, "g": 1024, "t": 1024 * 1024}[m.group(2).lower()]
+    mb = float(m.group(1)) * scale
+    if mb > MAX["memory_mb"]:
+        raise SpecError(f"{flag}: at most {MAX['memory_mb'] // (1024 * 1024)} TB per container "
+                        f"(tfyarn's limit), got {_shown(value)}")
+    if int(mb) <= 0:
+        raise SpecError(f"{flag}: memory must be greater than 0, got {value!r}")
+    return int(mb)
+
+
+def parse_text(flag: str, value: str | None, what: str) -> str | None:
+    """An optional text value: absent is fine, empty or with control characters is not."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise SpecError(f"{flag}: empty value; give {what} or leave {flag} out")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise SpecError(f"{flag}: {value!r} contains a control character (newline, tab...); "
+                        f"give {what} on one line")
+    return value
+
+
+def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    out = []
+    for pair in pairs:
+        key, sep, val = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--env: expected KEY=VALUE, got {pair!r}")
+        if not ENV_KEY.match(key):
+            raise SpecError(f"--env: {key!r} is not a valid variable name")
+        out.append((key, val))
+    return tuple(out)
+
+
+def parse_files(value: str | None, cwd: str) -> tuple[ShippedFile, ...]:
+    """`-f a.py,data,./`: check each path exists and decide where it lands.
+
+    A directory named as `.`/`..` (e.g. `-f ./`, or `DIR/.`) ships its contents into the
+    working dir, as el_submit users expect; any other directory keeps its name.
+    """
+    if value is None:
+        return ()
+    out: list[ShippedFile] = []
+    for raw in (p.strip() for p in value.split(",")):
+        if not raw:
+            raise SpecError(f"-f: empty entry in {value!r}; give a comma list of paths, "
+                            "e.g. -f ./ or -f train.py,data")
+        if raw.startswith(REMOTE_SCHEMES):
+            name = raw.rstrip("/").rsplit("/", 1)[-1]
+            if not name or raw.rstrip("/").endswith(":/"):
+                raise SpecError(f"-f: {raw!r} names no file or dir; give hdfs://NN/path/name")
+            out.append(ShippedFile(raw, name))
+            continue
+        path = os.path.abspath(os.path.join(cwd, os.path.expanduser(raw)))
+        if not os.path.exists(path):
+            raise SpecError(f"-f: {raw!r} does not exist (looked in {cwd})")
+        base = os.path.basename(raw.rstrip("/"))  # `./`, `..`, `DIR/.`: its contents
+        dest = "" if os.path.isdir(path) and base in (".", "..", "") else os.path.basename(path)
+        out.append(ShippedFile(path, dest))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- el_submit flags -> JobSpec
+
+
+@dataclass(frozen=True)
+class ElSubmitArgs:
+    """The raw el_submit flag values (strings as typed), before any interpretation."""
+
+    app_type: str | None = None
+    app_name: str | None = None
+    mode: str | None = None
+    mode_arg: str | None = None
+    interact: str | None = None
+    exit_ps: str | None = None
+    enable_tensorboard: str | None = None
+    log_tensorboard: str | None = None
+    conf: str | None = None
+    files: str | None = None
+    ps_num: str | None = None
+    ps_cores: str | None = None
+    ps_memory: str | None = None
+    worker_num: str | None = None
+    worker_cores: str | None = None
+    worker_gpus: str | None = None
+    worker_memory: str | None = None
+    workers_per_gpu: str | None = None
+    procs_per_node: str | None = None
+    wait_time: str | None = None
+    command: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    timeout: str | None = None
+    queue: str | None = None
+    python: str | None = None
+    node_label: str | None = None
+    am_memory: str | None = None
+    am_vcores: str | None = None
+    heartbeat_timeout: str | None = None
+    max_restarts: str | None = None
+    restart_on: str | None = None
+    checkpoint_dir: str | None = None
+    tensorboard_linger: str | None = None
+    tags: tuple[str, ...] = ()
+    force: bool = False
+
+
+DEFAULTS = {"ps_memory": 1024, "worker_memory": 1024, "cores": 1,
+            "wait_minutes": timing.REGISTER_TIMEOUT_MIN}
+
+
+def join_command(tokens: tuple[str, ...]) -> str:
+    """`-c` takes the rest of the line, and el_submit's rule makes it one shell command
+    line: the words joined by single spaces, run by bash in the task's working dir, the
+    same locally and on YARN. So `$VAR`, `;`, `&&` and quotes mean what bash says, on the
+    node; an argument with spaces needs quotes inside the command line."""
+    return " ".join(tokens)
+
+
+def _local_path(value: str | None, cwd: str) -> str | None:
+    """A dir flag: URLs as given, a local path made absolute (tasks run in dirs of their own)."""
+    if value is None or "://" in value:
+        return value
+    return os.path.abspath(os.path.join(cwd, os.path.expanduser(value)))
+
+
+def _tensorboard(a: ElSubmitArgs, cwd: str) -> dict[str, Any]:
+    """-enable_tensorboard True needs -log_tensorboard DIR, as el_submit documents; a DIR
+    without it would silently start nothing, so it is refused too."""
+    enabled = parse_bool("-enable_tensorboard", a.enable_tensorboard)
+    if enabled and a.log_tensorboard is None:
+        raise SpecError("-enable_tensorboard True needs -log_tensorboard DIR (the dir your code "
+                        "writes summaries to, e.g. hdfs:///user/me/tb)")
+    if not enabled and a.log_tensorboard is not None:
+        raise SpecError("-log_tensorboard: TensorBoard is off; add -enable_tensorboard True, or "
+                        "drop -log_tensorboard")
+    if not enabled and a.tensorboard_linger is not None:
+        raise SpecError("--tensorboard-linger: TensorBoard is off; add -enable_tensorboard True "
+                        "-log_tensorboard DIR, or drop --tensorboard-linger")
+    linger = parse_int("--tensorboard-linger", a.tensorboard_linger, 0,
+                       maximum=MAX["linger_minutes"])
+    return {"tensorboard_dir": _local_path(a.log_tensorboard, cwd) if enabled else None,
+            "tensorboard_linger_s": float(linger * 60)}
+
+
+def _roles(a: ElSubmitArgs, app_type: str) -> tuple[Role, ...]:
+    wn = parse_int("-wn", a.worker_num, 1, minimum=1, maximum=MAX["tasks"])
+    worker = Resources(
+        parse_memory("-wm", a.worker_memory, DEFAULTS["worker_memory"]),
+        parse_int("-wc", a.worker_cores, DEFAULTS["cores"], minimum=1, maximum=MAX["vcores"]),
+        parse_int("-wg", a.worker_gpus, 0, maximum=MAX["gpus"]),
+    )
+    ps = Resources(
+        parse_memory("-pm", a.ps_memory, DEFAULTS["ps_memory"]),
+        parse_int("-pc", a.ps_cores, DEFAULTS["cores"], minimum=1, maximum=MAX["vcores"]),
+    )
+    pn = parse_int("-pn", a.ps_num, 1 if app_type == "tensorflow-ps" else 0, maximum=MAX["ps"])
+    if app_type == "tensorflow-ps" and pn < 1:
+        raise SpecError("-pn: tensorflow-ps needs at least 1 ps; use -t tensorflow-worker for none")
+    if app_type != "tensorflow-ps" and pn:
+        raise SpecError(f"-pn: -t {app_type} has no parameter servers; "
+                        "drop -pn or use -t tensorflow-ps")
+    if app_type == "standalone" and wn != 1:
+        raise SpecError(f"-wn: -t standalone runs exactly one task; use -wn 1 (got {wn})")
+    ppn = parse_int("-ppn", a.procs_per_node, 1, minimum=1, maximum=MAX["per_container"])
+    counts = tfconfig.topology(app_type, pn, wn * ppn)
+    return tuple(Role(name, n, ps if name == "ps" else worker) for name, n in counts if n)
+
+
+def _per_container(a: ElSubmitArgs, app_type: str, gpus: int) -> int:
+    """-ppn (allreduce types: ranks per container) or -wnpg (TF types: workers sharing a
+    container and its GPU); each refused where it has no meaning."""
+    if a.procs_per_node is not None and app_type not in ALLREDUCE:
+        raise SpecError(f"-ppn: applies to -t {' or -t '.join(ALLREDUCE)} (ranks per node), "
+                        f"not -t {app_type}; drop -ppn (for GPU sharing see -wnpg)")
+    if a.workers_per_gpu is not None and app_type not in SHARED_GPU:
+        raise SpecError(f"-wnpg: applies to -t {' or -t '.join(SHARED_GPU)} (workers sharing a "
+                        f"GPU), not -t {app_type}; drop -wnpg (for ranks per node see -ppn)")
+    if a.procs_per_node is not None:
+        return parse_int("-ppn", a.procs_per_node, 1, minimum=1, maximum=MAX["per_container"])
+    k = parse_int("-wnpg", a.workers_per_gpu, 1, minimum=1, maximum=MAX["per_container"])
+    wn = parse_int("-wn", a.worker_num, 1, minimum=1, maximum=MAX["tasks"])
+    if k > 1 and gpus < 1:
+        raise SpecError(f"-wnpg {k}: workers share a container's GPU, so it needs -wg 1 or more")
+    if wn % k:
+        raise SpecError(f"-wnpg {k}: -wn {wn} is not a multiple of it; use -wn {wn - wn % k or k}"
+                        f" or -wn {wn - wn % k + k}")
+    return k
+
+
+def _check_texts(a: ElSubmitArgs) -> None:
+    """Empty or multi-line values are refused, never read as "not given"."""
+    for flag, value, what in (
+        ("-t", a.app_type, f"one of {', '.join(APP_TYPES)}"), ("-a", a.app_name, "a name"),
+        ("-m", a.mode, f"one of {', '.join(MODES)}"), ("-m_arg", a.mode_arg, "an archive or image"),
+        ("-conf", a.conf, "a Hadoop configuration dir"), ("--queue", a.queue, "a YARN queue"),
+        ("--node-label", a.node_label, "a node label expression"),
+        ("--python", a.python, "an interpreter"), ("-log_tensorboard", a.log_tensorboard, "a dir"),
+        ("--restart-on", a.restart_on, " or ".join(RESTART_ON)),
+        ("--checkpoint-dir", a.checkpoint_dir, "a dir or hdfs:// URL"),
+        *(("--tag", t, "a tag") for t in a.tags),
+    ):
+        parse_text(flag, value, what)
+    for flag, value in (("--timeout", a.timeout), ("-wait_time", a.wait_time),
+                        ("--heartbeat-timeout", a.heartbeat_timeout),
+                        ("--max-restarts", a.max_restarts),
+                        ("--tensorboard-linger", a.tensorboard_linger)):
+        if value is not None and not value.strip():
+            raise SpecError(f"{flag}: empty value; give a number or leave {flag} out")
+    if a.app_name is not None and len(a.app_name) > MAX["name_chars"]:
+        raise SpecError(f"-a: the name is {len(a.app_name)} characters; at most "
+                        f"{MAX['name_chars']}")
+
+
+def _restarts(a: ElSubmitArgs, cwd: str) -> dict[str, Any]:
+    """--max-restarts, --restart-on and --checkpoint-dir (a local path made absolute:
+    every task runs in a dir of its own)."""
+    restart_on = (a.restart_on or "retryable").strip().lower()
+    if restart_on not in RESTART_ON:
+        raise SpecError(f"--restart-on: use {' or '.join(RESTART_ON)}, not {a.restart_on!r}")
+    ckpt = _local_path(a.checkpoint_dir, cwd)
+    return {"max_restarts": parse_int("--max-restarts", a.max_restarts, 0,
+                                      maximum=MAX["restarts"]),
+            "restart_on": restart_on, "checkpoint_dir": ckpt}
+
+
+def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
+    """Turn el_submit flags into a validated JobSpec; every error names its flag."""
+    _check_texts(a)
+    app_type = a.app_type or "tensorflow-ps"
+    if app_type not in APP_TYPES:
+        raise SpecError(f"-t: unknown app type {app_type!r}; use one of {', '.join(APP_TYPES)}")
+    parse_bool("-interact", a.interact)  # a client option (follow the job live): checked here
+    if not a.command or not "".join(a.command).strip():
+        raise SpecError("-c is missing: end the line with -c and the command to run")
+    mode = {"virtualenv": "virtual-env"}.get(a.mode or "local", a.mode or "local")
+    if mode == "local" and a.mode_arg is not None:
+        raise SpecError("-m_arg: has no use with -m local; drop it, or use -m virtual-env "
+                        "(a packed env) or -m docker (an image)")
+    runtime = Runtime(mode, a.mode_arg, a.python or "python3")
+    if mode == "virtual-env" and "://" not in (a.mode_arg or ""):
+        archive = os.path.abspath(os.path.join(cwd, a.mode_arg or ""))
+        if not os.path.isfile(archive):
+            raise SpecError(f"-m_arg: virtual-env archive {a.mode_arg!r} does not exist")
+        runtime = Runtime(mode, archive, runtime.python)
+    if a.conf is not None and not os.path.isdir(os.path.join(cwd, a.conf)):
+        raise SpecError(f"-conf: {a.conf!r} is not a directory of Hadoop configuration")
+    wait = parse_int("-wait_time", a.wait_time, DEFAULTS["wait_minutes"], minimum=1,
+                     maximum=MAX["wait_minutes"])
+    timeout = (None if a.timeout is None
+               else parse_int("--timeout", a.timeout, 0, minimum=1, maximum=MAX["timeout_s"]))
+    heartbeat = parse_int("--heartbeat-timeout", a.heartbeat_timeout,
+                          int(timing.HEARTBEAT_TIMEOUT_S), minimum=5, maximum=MAX["heartbeat_s"])
+    return JobSpec(
+        tasks_per_container=_per_container(a, app_type, parse_int(
+            "-wg", a.worker_gpus, 0, maximum=MAX["gpus"])),
+        name=a.app_name or "tfyarn",
+        app_type=app_type,
+        roles=_roles(a, app_type),
+        command=join_command(a.command),
+        files=parse_files(a.files, cwd),
+        env=parse_env(a.env),
+        runtime=runtime,
+        stop_ps_when_done=parse_bool("-x", a.exit_ps),
+        register_timeout_s=float(wait * 60),
+        timeout_s=float(timeout) if timeout else None,
+        heartbeat_timeout_s=float(heartbeat),
+        **_restarts(a, cwd),
+        **_tensorboard(a, cwd),
+        yarn=YarnOptions(
+            queue=a.queue,
+            node_label=a.node_label,
+            am_memory_mb=parse_memory("--am-memory", a.am_memory, 1024),
+            am_vcores=parse_int("--am-vcores", a.am_vcores, 1, minimum=1, maximum=MAX["vcores"]),
+            tags=tuple(a.tags),
+            max_upload_mb=None if a.force else 1024,
+        ),
+    )

@@ -1,0 +1,146 @@
+"""Job files: what `--dry-run` prints, kept in a repo and submitted again.
+
+`tfyarn submit job.yaml` (or `el_submit --job job.yaml`) reads the file back into
+el_submit's flags and runs them through the same parser as typed flags, so a file is
+checked exactly as flags are, and flags given beside the file override it. A value no
+flag can express (an edited `stop_grace_s`, a `containers:` entry) is refused by name,
+never silently dropped. Relative paths in the file are relative to the file's directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+from tfyarn.core.errors import SpecError
+from tfyarn.core.jobspec import ALLREDUCE, SHARED_GPU, JobSpec
+
+DERIVED = "containers"  # printed by --dry-run for review; recomputed from the roles
+
+
+def dump(spec: JobSpec) -> str:
+    """The job as YAML: every field, plus the containers it asks for (for review)."""
+    return yaml.safe_dump(spec.describe(), sort_keys=False)
+
+
+def read(path: str) -> JobSpec:
+    """The JobSpec a job file describes, checked like flags; one SpecError otherwise."""
+    data = _load(path)
+    try:
+        spec = JobSpec.from_dict(_absolute(data, os.path.dirname(os.path.abspath(path))))
+        _check_derived(data, spec)
+    except SpecError as exc:
+        raise SpecError(f"--job {path}: {exc}") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise SpecError(f"--job {path}: not a tfyarn job ({type(exc).__name__}: {exc}); "
+                        "write one with: el_submit ... --dry-run > job.yaml") from None
+    return spec
+
+
+def with_flags(path: str, given: Mapping[str, Any], cwd: str) -> JobSpec:
+    """The file's job with the flags actually typed (`given`: field -> value) laid over
+    it, parsed as flags: the same checks, the same errors."""
+    args = dataclasses.replace(args_of(read(path)), **given)
+    try:
+        return from_el_submit(args, cwd)
+    except SpecError as exc:
+        raise SpecError(f"--job {path}: {exc}") from None
+
+
+def args_of(spec: JobSpec) -> ElSubmitArgs:
+    """The el_submit flags that give `spec` (paths absolute): the inverse of the parser."""
+    ps, workers = spec.role("ps"), [r for r in spec.roles if r.name != "ps"]
+    worker = workers[0].resources
+    k = spec.tasks_per_container
+    n = sum(r.instances for r in workers)
+    return ElSubmitArgs(
+        app_type=spec.app_type, app_name=spec.name, mode=spec.runtime.mode,
+        mode_arg=spec.runtime.arg, exit_ps=str(spec.stop_ps_when_done),
+        enable_tensorboard=str(spec.tensorboard_dir is not None),
+        log_tensorboard=spec.tensorboard_dir, files=_files_flag(spec) or None,
+        ps_num=str(ps.instances) if ps else None,
+        ps_cores=str(ps.resources.vcores) if ps else None,
+        ps_memory=str(ps.resources.memory_mb) if ps else None,
+        worker_num=str(n // k if spec.app_type in ALLREDUCE else n),
+        worker_cores=str(worker.vcores), worker_gpus=str(worker.gpus),
+        worker_memory=str(worker.memory_mb),
+        workers_per_gpu=str(k) if spec.app_type in SHARED_GPU and k > 1 else None,
+        procs_per_node=str(k) if spec.app_type in ALLREDUCE and k > 1 else None,
+        wait_time=_whole(spec.register_timeout_s / 60), command=(spec.command,),
+        env=tuple(f"{key}={value}" for key, value in spec.env),
+        timeout=_whole(spec.timeout_s) if spec.timeout_s is not None else None,
+        queue=spec.yarn.queue, python=spec.runtime.python, node_label=spec.yarn.node_label,
+        am_memory=str(spec.yarn.am_memory_mb), am_vcores=str(spec.yarn.am_vcores),
+        heartbeat_timeout=_whole(spec.heartbeat_timeout_s),
+        max_restarts=str(spec.max_restarts), restart_on=spec.restart_on,
+        checkpoint_dir=spec.checkpoint_dir,
+        tensorboard_linger=(_whole(spec.tensorboard_linger_s / 60)
+                            if spec.tensorboard_dir is not None else None),
+        tags=spec.yarn.tags, force=spec.yarn.max_upload_mb is None)
+
+
+def _load(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f)
+    except OSError as exc:
+        raise SpecError(f"--job: cannot read {path!r}: {exc.strerror}") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise SpecError(f"--job {path}: not YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"--job {path}: expected a mapping of job fields; write one with: "
+                        "el_submit ... --dry-run > job.yaml")
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(JobSpec)} - {DERIVED})
+    if unknown:
+        raise SpecError(f"--job {path}: unknown field(s) {', '.join(unknown)}; the fields are "
+                        "those --dry-run prints")
+    return data
+
+
+def _absolute(data: dict, base: str) -> dict:
+    """Relative local paths (-f sources, the env archive, dirs) made absolute against
+    the file's own directory, so a job file in a repo works from any cwd."""
+    def fix(p: str | None) -> str | None:
+        return p if not p or "://" in p else os.path.normpath(os.path.join(base, p))
+
+    out = dict(data)
+    out["files"] = [{**f, "source": fix(f.get("source"))} if isinstance(f, dict) else f
+                    for f in data.get("files") or ()]
+    runtime = data.get("runtime")
+    if isinstance(runtime, dict) and runtime.get("mode") == "virtual-env":
+        out["runtime"] = {**runtime, "arg": fix(runtime.get("arg"))}
+    for key in ("checkpoint_dir", "tensorboard_dir"):
+        if isinstance(data.get(key), str):
+            out[key] = fix(data[key])
+    return out
+
+
+def _check_derived(data: Mapping, spec: JobSpec) -> None:
+    """What flags cannot say is refused by name: re-parsing the file's own flags must
+    give the file's job, and `containers:` must be what the roles give."""
+    again = from_el_submit(args_of(spec), os.getcwd())
+    changed = [f.name for f in dataclasses.fields(JobSpec)
+               if getattr(again, f.name) != getattr(spec, f.name)]
+    if changed:
+        raise SpecError(f"{', '.join(changed)} cannot be set this way (no el_submit flag "
+                        "gives it); keep the value --dry-run printed")
+    if DERIVED in data and data[DERIVED] != spec.describe()[DERIVED]:
+        raise SpecError("`containers:` does not match the roles (it is derived: "
+                        "change -wn/-ppn/-wnpg's fields, roles and tasks_per_container, or "
+                        "delete it)")
+
+
+def _files_flag(spec: JobSpec) -> str:
+    """`-f` for the shipped files: a dir whose contents go to the working dir is `DIR/.`."""
+    return ",".join(f.source if f.remote or f.dest else os.path.join(f.source, ".")
+                    for f in spec.files)
+
+
+def _whole(value: float) -> str:
+    """A flag that takes whole numbers; a fraction in the file is refused by the parser."""
+    return str(int(value)) if float(value).is_integer() else str(value)

@@ -1,0 +1,456 @@
+"""Command line: `el_submit` (a faithful clone of EMR's) and the `tfyarn` group.
+
+Imports nothing heavy at module level: skein, grpc, hdfs and tensorflow load only inside
+the commands that need them, so `el_submit --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import click
+
+from tfyarn import __version__
+from tfyarn.client.interrupts import Interrupted, Interrupts
+from tfyarn.core.errors import EXIT_BAD_INPUT, SpecError, TfYarnError
+
+# (flag, field of ElSubmitArgs, metavar, help) — el_submit's own single-dash options.
+EL_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("-t", "app_type", "TYPE", "tensorflow-ps | tensorflow-worker | tensorflow-mpi | standalone "
+     "| pytorch (default tensorflow-ps)"),
+    ("-a", "app_name", "NAME", "application name (default tfyarn)"),
+    ("-m", "mode", "MODE", "local | virtual-env (virtualenv) | docker (default local)"),
+    ("-m_arg", "mode_arg", "ARG", "virtual-env: packed env .tar.gz (local path or hdfs://); "
+     "docker: image"),
+    ("-interact", "interact", "BOOL", "YARN: follow every task's output live on stderr, "
+     "[task]-prefixed, until the job ends (default False)"),
+    ("-x", "exit_ps", "BOOL", "tensorflow-ps: stop ps and workers once the chief exits 0 "
+     "(default False)"),
+    ("-enable_tensorboard", "enable_tensorboard", "BOOL", "run TensorBoard beside the job "
+     "(default False; needs -log_tensorboard)"),
+    ("-log_tensorboard", "log_tensorboard", "PATH", "TensorBoard's log dir (local or hdfs://); "
+     "every task gets it as TFYARN_TENSORBOARD_DIR"),
+    ("-conf", "conf", "DIR", "Hadoop configuration dir (sets HADOOP_CONF_DIR)"),
+    ("-f", "files", "PATHS", "comma list of files/dirs shipped to every task's working dir; "
+     "-f ./ ships the current dir's contents"),
+    ("-pn", "ps_num", "N", "number of ps (tensorflow-ps; default 1)"),
+    ("-pc", "ps_cores", "N", "vcores per ps (default 1)"),
+    ("-pm", "ps_memory", "MB", "memory per ps in MB, or 2g / 512m (default 1024)"),
+    ("-wn", "worker_num", "N", "number of workers; tensorflow-ps makes worker 0 the chief "
+     "(default 1)"),
+    ("-wc", "worker_cores", "N", "vcores per worker (default 1)"),
+    ("-wg", "worker_gpus", "N", "GPUs per worker (default 0)"),
+    ("-wm", "worker_memory", "MB", "memory per worker in MB, or 2g / 512m (default 1024)"),
+    ("-wnpg", "workers_per_gpu", "N", "tensorflow-ps/-worker: workers per container, sharing "
+     "its GPU"),
+    ("-ppn", "procs_per_node", "N", "tensorflow-mpi/pytorch: ranks per container (world size "
+     "= wn x ppn)"),
+    ("-wait_time", "wait_time", "MIN", "minutes to wait for every task to start (default 10)"),
+)
+# tfyarn's extensions: double-dash, so they never collide with el_submit's spelling.
+EXT_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
+    ("--timeout", "timeout", "SECONDS", "fail and stop the whole job after this long"),
+    ("--queue", "queue", "QUEUE", "YARN queue"),
+    ("--python", "python", "PYTHON", "-m local on YARN: the nodes' interpreter (default python3)"),
+    ("--node-label", "node_label", "LABEL", "YARN node label expression for the tasks"),
+    ("--am-memory", "am_memory", "MB", "ApplicationMaster memory (default 1024)"),
+    ("--am-vcores", "am_vcores", "N", "ApplicationMaster vcores (default 1)"),
+    ("--principal", "principal", "USER@REALM", "Kerberos principal (with --keytab)"),
+    ("--keytab", "keytab", "FILE", "Kerberos keytab (with --principal)"),
+    ("--heartbeat-timeout", "heartbeat_timeout", "SECONDS", "fail the job when a task's launcher "
+     "is silent this long (default 30)"),
+    ("--max-restarts", "max_restarts", "N", "after a task failure, restart every task in the same "
+     "application up to N times (default 0)"),
+    ("--restart-on", "restart_on", "WHICH", "retryable (signals, preemption, lost nodes or "
+     "launchers, exit codes 128-255; default) | any (every task failure)"),
+    ("--tensorboard-linger", "tensorboard_linger", "MIN", "keep TensorBoard up this many minutes "
+     "after the job ends (default 0)"),
+    ("--checkpoint-dir", "checkpoint_dir", "DIR", "TFYARN_CHECKPOINT_DIR for every task (default: "
+     "the job dir locally, hdfs:///user/$USER/.tfyarn/checkpoints/APP_ID on YARN)"),
+)
+FLAGS = ("--local", "--dry-run", "--detach", "--force", "-h", "--help", "--version")
+VALUE_FLAGS = frozenset(f for f, *_ in EL_OPTIONS + EXT_OPTIONS) | {"--env", "--tag", "--job"}
+KNOWN = VALUE_FLAGS | set(FLAGS) | {"-c"}
+TFYARN_ONLY = sorted(f for f in KNOWN if f.startswith("--") and f not in ("--help",))
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], tuple[str, ...] | None]:
+    """Split at el_submit's `-c`: everything after it is the user command, verbatim."""
+    i = 0
+    while i < len(argv):
+        if argv[i] == "-c":
+            return list(argv[:i]), tuple(argv[i + 1:])
+        i += 2 if argv[i] in VALUE_FLAGS else 1
+    return list(argv), None
+
+
+def check_options(args: Sequence[str], known: frozenset[str] | set[str] = KNOWN) -> None:
+    """Name an unknown option as typed (click would say `-w` for `-wnn`) with the
+    closest known one."""
+    i = 0
+    while i < len(args):
+        word = args[i].split("=", 1)[0] if args[i].startswith("--") else args[i]
+        if word.startswith("-") and len(word) > 1 and word not in known:
+            near = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.5)
+            hint = f" (did you mean {near[0]}?)" if near else ""
+            raise click.UsageError(f"no such option: {word}{hint}")
+        i += 2 if word in VALUE_FLAGS and "=" not in args[i] else 1
+
+
+def warn_options_in_command(command: Sequence[str] | None) -> None:
+    """tfyarn's own options written after -c go to the user's command: say so."""
+    misplaced = [w for w in command or () if w.split("=", 1)[0] in TFYARN_ONLY]
+    if misplaced:
+        click.echo(f"tfyarn: warning: {', '.join(misplaced)} after -c is passed to your command, "
+                   "not to el_submit; put el_submit's options before -c", err=True)
+
+
+def _options(fn: Callable) -> Callable:
+    for flag, dest, metavar, text in reversed(EL_OPTIONS + EXT_OPTIONS):
+        fn = click.option(flag, dest, metavar=metavar, help=text)(fn)
+    return fn
+
+
+@click.command("submit", context_settings=CONTEXT, options_metavar="[OPTIONS] -c COMMAND...",
+               epilog=(
+    "Exit codes: 0 succeeded, 1 failed, 2 bad input, 3 killed, 130 interrupted. "
+    "stdout carries only the job/application id; progress and task output go to stderr."))
+@_options
+@click.option("-c", "command_marker", metavar="COMMAND...",
+              help="the command to run; takes the rest of the line verbatim, quoted or not")
+@click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
+              help="environment variable for every task (repeatable)")
+@click.option("--tag", "tags", multiple=True, metavar="TAG", help="YARN application tag")
+@click.option("--local", "local", is_flag=True, help="run every task as a local process")
+@click.option("--dry-run", "dry_run", is_flag=True, help="print the resolved job as YAML, start "
+              "nothing")
+@click.option("--detach", "detach", is_flag=True, help="YARN: return right after submission")
+@click.option("--force", "force", is_flag=True, help="ship -f files even if over 1 GB")
+@click.option("--job", "job_option", metavar="FILE", help="a job file (what --dry-run prints); "
+              "flags given beside it override it")
+@click.argument("job_file", required=False, metavar="[JOB.yaml]")
+@click.version_option(__version__, "--version", prog_name="tfyarn")
+@click.pass_context
+def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, principal: str | None,
+           keytab: str | None, command_marker: str | None, job_option: str | None,
+           job_file: str | None, **raw: Any) -> int:
+    """Submit a TensorFlow job to YARN (or run it locally with --local), el_submit style;
+    or a job file that --dry-run wrote: `tfyarn submit job.yaml`."""
+    from tfyarn.cli import jobfile
+    from tfyarn.client import files as filesmod
+    from tfyarn.core.settings import Settings
+
+    settings = Settings.from_environ()
+    interrupts: Interrupts = ctx.obj["interrupts"]
+    with edge():
+        args, spec = _job(ctx.obj.get("command") or (), raw, job_option, job_file)
+        if bool(principal) != bool(keytab):
+            raise SpecError("--principal and --keytab go together; give both or neither")
+        filesmod.inventory(spec.files, spec.yarn.max_upload_mb)
+        if dry_run:
+            click.echo(jobfile.dump(spec), nl=False)
+            return 0
+        interact = _interact(args, local, detach)
+        _warn_semantics(spec, args, local)
+        if local:
+            return _run_local(spec, settings, interrupts)
+        from tfyarn.client import yarn
+
+        return yarn.submit_and_watch(spec, settings, yarn.ClientOptions(
+            conf_dir=args.conf, principal=principal, keytab=keytab, detach=detach,
+            follow=interact), interrupts)
+
+
+def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
+         job_file: str | None) -> tuple[Any, Any]:
+    """The el_submit flags and the job they give; with a job file, the file's job with
+    the typed flags laid over it."""
+    from tfyarn.cli import jobfile
+    from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+
+    if job_option and job_file and job_option != job_file:
+        raise SpecError(f"two job files ({job_file}, --job {job_option}); give one")
+    args = ElSubmitArgs(command=tuple(command), **raw)
+    path = job_option or job_file
+    if path is None:
+        return args, from_el_submit(args, os.getcwd())
+    given = {k: v for k, v in raw.items() if v not in (None, (), False)}
+    if command:
+        given["command"] = tuple(command)
+    return args, jobfile.with_flags(path, given, os.getcwd())
+
+
+def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
+         job_file: str | None) -> tuple[Any, Any]:
+    """The typed el_submit flags and the job they give; with a job file, the file's job
+    with the typed flags laid over it."""
+    from tfyarn.cli import jobfile
+    from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+
+    if job_option and job_file and job_option != job_file:
+        raise SpecError(f"two job files ({job_file} and --job {job_option}); give one")
+    args = ElSubmitArgs(command=tuple(command), **raw)
+    path = job_option or job_file
+    if path is None:
+        return args, from_el_submit(args, os.getcwd())
+    given = {k: v for k, v in raw.items() if v not in (None, (), False)}
+    if command:
+        given["command"] = tuple(command)
+    return args, jobfile.with_flags(path, given, os.getcwd())
+
+
+def _interact(args: Any, local: bool, detach: bool) -> bool:
+    from tfyarn.cli.elsubmit import parse_bool
+
+    interact = parse_bool("-interact", args.interact)
+    if interact and detach:
+        raise SpecError("-interact True follows the job, --detach returns at once: drop one "
+                        "(follow a detached job with: tfyarn logs APP --follow)")
+    if interact and local:
+        click.echo("tfyarn: note: -interact has no effect with --local (local mode always "
+                   "shows every task's output)", err=True)
+    return interact
+
+
+def _warn_semantics(spec: Any, args: Any, local: bool) -> None:
+    if spec.app_type == "tensorflow-ps" and not spec.stop_ps_when_done:
+        click.echo("tfyarn: note: -x False: ps tasks are never stopped by tfyarn, so this job "
+                   "ends only when your code stops them (or --timeout); add -x True to stop them "
+                   "once the chief exits 0", err=True)
+    if local and args.conf:
+        click.echo("tfyarn: note: -conf has no effect with --local", err=True)
+
+
+def _run_local(spec: Any, settings: Any, interrupts: Interrupts) -> int:
+    from tfyarn.client.local import LocalJob
+
+    LocalJob(spec, settings, interrupts).run()
+    return 0
+
+
+class edge:
+    """Turn TfYarnError into click.ClickException (with its exit code) at the CLI edge."""
+
+    def __enter__(self) -> edge:
+        return self
+
+    def __exit__(self, _t: object, exc: BaseException | None, _tb: object) -> None:
+        if isinstance(exc, TfYarnError):
+            err = click.ClickException(str(exc))
+            err.exit_code = exc.exit_code
+            raise err from exc
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(__version__, "--version", prog_name="tfyarn")
+def tfyarn() -> None:
+    """tfyarn: TensorFlow on YARN. `tfyarn submit` takes el_submit's options."""
+
+
+tfyarn.add_command(submit)
+conf_option = click.option("-conf", "--conf", "conf", metavar="DIR",
+                           help="Hadoop configuration dir (sets HADOOP_CONF_DIR)")
+
+
+def _opts(conf: str | None) -> Any:
+    from tfyarn.client import yarn
+
+    if conf is not None and not os.path.isdir(conf):
+        raise SpecError(f"-conf: {conf!r} is not a directory of Hadoop configuration")
+    return yarn.ClientOptions(conf_dir=conf)
+
+
+@tfyarn.command("status")
+@click.argument("app_id")
+@conf_option
+@click.option("--tasks", "tasks", is_flag=True, help="while running: the per-task table "
+              "(connects to the application, slower)")
+def status_cmd(app_id: str, conf: str | None, tasks: bool) -> int:
+    """State, final status and diagnostics of an application (or of a local job id)."""
+    with edge():
+        if app_id.startswith("local_"):
+            return _local_status(app_id)
+        from tfyarn.client import yarn
+
+        return yarn.status(app_id, _opts(conf), tasks)
+
+
+@tfyarn.command("logs")
+@click.argument("app_id")
+@click.option("--task", "task", metavar="TYPE:INDEX", help="only this task, e.g. worker:1")
+@click.option("--follow", "-F", "follow", is_flag=True, help="while running: print every "
+              "task's output as it comes, until the job ends")
+@conf_option
+def logs_cmd(app_id: str, task: str | None, follow: bool, conf: str | None) -> int:
+    """Task logs: aggregated logs once finished; while running, container log URLs, or
+    the output itself with --follow."""
+    with edge():
+        if app_id.startswith("local_"):
+            return _local_logs(app_id, task)
+        from tfyarn.client import yarn
+
+        return yarn.logs(app_id, task, _opts(conf), follow)
+
+
+@tfyarn.command("kill")
+@click.argument("app_id")
+@conf_option
+def kill_cmd(app_id: str, conf: str | None) -> int:
+    """Kill a running application (every container with it)."""
+    with edge():
+        if app_id.startswith("local_"):
+            raise SpecError(f"{app_id} is a local job: stop it with Ctrl-C (or SIGTERM) to its "
+                            "el_submit; that stops every task")
+        from tfyarn.client import yarn
+
+        return yarn.kill(app_id, _opts(conf))
+
+
+@tfyarn.command("ls")
+@click.option("--all", "show_all", is_flag=True, help="include finished applications")
+@conf_option
+def ls_cmd(show_all: bool, conf: str | None) -> int:
+    """tfyarn applications, newest first."""
+    with edge():
+        from tfyarn.client import yarn
+
+        return yarn.ls(show_all, _opts(conf))
+
+
+@tfyarn.command("check-data")
+@click.argument("paths", nargs=-1, required=True)
+@click.option("--fields", "fields", type=click.IntRange(1, 100_000), metavar="N",
+              help="fields per line (default: the most common count in the file)")
+@conf_option
+def check_data_cmd(paths: tuple[str, ...], fields: int | None, conf: str | None) -> int:
+    """Find what breaks CSV readers: blank lines, lines with the wrong number of fields,
+    header lines; local paths or hdfs:// (WebHDFS). Exit 0 when every file is clean."""
+    from tfyarn.core.settings import Settings
+    from tfyarn.hdfs import datacheck
+
+    with edge():
+        settings = Settings.from_environ()
+        lines, found = datacheck.check_paths(paths, fields, settings.conf_dir(conf),
+                                             settings.user)
+    for line in lines:
+        click.echo(line)
+    if found:
+        click.echo(f"tfyarn: {found} problem line(s); fix them (or skip them in your input "
+                   "pipeline) before training", err=True)
+    return 1 if found else 0
+
+
+@tfyarn.command("build-hdfs-plugin")
+def build_hdfs_plugin_cmd() -> int:
+    """Build (or find) the hdfs:// plugin for this env's TensorFlow; print its path.
+
+    Tasks do this by themselves at their first `import tensorflow` (cached per TF version
+    in ~/.cache/tfyarn or $TFYARN_CACHE); run it ahead where nodes have no compiler."""
+    with edge():
+        from tfyarn.hdfs import plugin as hdfs
+
+        return hdfs.main()
+
+
+def _local_job_dir(job_id: str) -> str:
+    from tfyarn.client.local import find_job_dir
+    from tfyarn.core.settings import Settings
+
+    found = find_job_dir(job_id, Settings.from_environ())
+    if found is None:
+        raise TfYarnError(f"{job_id}: its job dir is gone (removed when a local job succeeds; "
+                          "keep it with TFYARN_KEEP_JOB_DIR=1), or TMPDIR differs from the "
+                          "one it ran with")
+    return found
+
+
+def _local_status(job_id: str) -> int:
+    from tfyarn.client.yarn import live_tasks
+    from tfyarn.core.policy import Outcome, attempt_tables
+    from tfyarn.protocol import kv as kvmod
+
+    root = _local_job_dir(job_id)
+    store = kvmod.DirKV(os.path.join(root, "kv"))
+    raw = store.get(kvmod.STATUS)
+    click.echo(f"job: {job_id}\ndir: {root}\nlogs: {os.path.join(root, 'logs')}")
+    if raw is None:
+        click.echo(f"state: {store.get(kvmod.PHASE) or 'starting'} (or its client was killed)"
+                   "\ntasks:")
+        for line in live_tasks(store):
+            click.echo(f"  {line}")
+        return 0
+    outcome = Outcome.from_json(raw)
+    click.echo(f"final status: {outcome.state}\ndiagnostics: {outcome.message}\ntasks:")
+    for line in attempt_tables(outcome):
+        click.echo(f"  {line}")
+    return 0
+
+
+def _local_logs(job_id: str, task: str | None) -> int:
+    from tfyarn.client.local import JobDir, task_log
+    from tfyarn.core.jobspec import JobSpec
+
+    jd = JobDir(_local_job_dir(job_id))
+    logs = os.path.join(jd.root, "logs")
+    names = sorted(os.listdir(logs))
+    if task:
+        with open(jd.job_json, encoding="utf-8") as f:
+            spec = JobSpec.from_json(f.read())
+        try:
+            names = [os.path.basename(task_log(spec, jd, task))]
+        except (ValueError, StopIteration):
+            raise SpecError(f"--task: {job_id} has no task {task!r}; see: ls {logs}") from None
+    for name in names:
+        click.echo(f"===== {os.path.join(logs, name)}")
+        with open(os.path.join(logs, name), encoding="utf-8", errors="replace") as f:
+            sys.stdout.write(f.read())
+    return 0
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def run_click(cmd: click.Command, args: list[str], obj: dict, prog: str) -> int:
+    """Run a click command with one-line errors and the one exit-code table."""
+    interrupts = obj.setdefault("interrupts", Interrupts()).install()
+    try:
+        if cmd is submit:
+            check_options(args)
+        elif args[:1] == ["submit"]:
+            check_options(args[1:])
+        rv = cmd.main(args=args, obj=obj, prog_name=prog, standalone_mode=False)
+    except click.UsageError as e:
+        click.echo(f"Error: {e.format_message()} (see {prog} --help)", err=True)
+        return EXIT_BAD_INPUT
+    except click.ClickException as e:
+        click.echo(f"Error: {e.format_message()}", err=True)
+        return e.exit_code
+    except Interrupted as e:
+        click.echo(f"Error: {e}; nothing was left running", err=True)
+        return e.exit_code
+    except click.Abort:
+        click.echo(f"Error: {interrupts.words()}; nothing was left running", err=True)
+        return interrupts.exit_code()
+    return rv if isinstance(rv, int) else 0
+
+
+def el_submit_main(argv: Sequence[str] | None = None) -> None:
+    args, command = split_command(sys.argv[1:] if argv is None else argv)
+    warn_options_in_command(command)
+    sys.exit(run_click(submit, args, {"command": command}, "el_submit"))
+
+
+def tfyarn_main(argv: Sequence[str] | None = None) -> None:
+    args, command = split_command(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["submit"]:
+        warn_options_in_command(command)
+    sys.exit(run_click(tfyarn, args, {"command": command}, "tfyarn"))
+
+
+if __name__ == "__main__":
+    el_submit_main()

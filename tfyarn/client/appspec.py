@@ -1,0 +1,218 @@
+"""JobSpec -> skein ApplicationSpec, as a pure function of the job and what was staged.
+
+The ApplicationMaster runs the driver (`master.script`); every container gets its own
+skein service (`ps-0`, `chief-0`, `worker-1`, ...) with one instance, so the launcher is
+told its tasks explicitly in its script, and its attempt through TFYARN_ATTEMPT (set by
+the driver when it adds a restarted gang's containers): skein renumbers added
+containers, and an identity derived from the container would silently change.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfyarn.core.jobspec import Container, JobSpec
+from tfyarn.core.tfconfig import Task
+from tfyarn.protocol import skeinlink
+
+JOB_FILE = "tfyarn-job.json"
+ENV_DIR = "env"
+APP_TAG = "tfyarn"
+
+
+@dataclass(frozen=True)
+class Staged:
+    """What the client prepared locally: the job JSON and each `-f` entry as a resource.
+
+    `resources` maps a container-local name to (source, "file" | "archive");
+    `link_contents` names archives whose contents belong in the working dir itself
+    (`-f ./`), which YARN localization cannot do on its own.
+    """
+
+    job_json: str
+    resources: tuple[tuple[str, str, str], ...] = ()
+    link_contents: tuple[str, ...] = ()
+    env_archive: str | None = None  # -m virtual-env: local path, or hdfs:// (given, or cached)
+
+
+@dataclass(frozen=True)
+class ClusterDefaults:
+    """Site settings from conf/tfyarn.yaml that the job flags do not carry."""
+
+    docker_network: str = "host"
+    docker_mounts: tuple[str, ...] = ()
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+
+
+def service_name(task: Task, spec: JobSpec | None = None) -> str:
+    """The skein service (container) that runs `task`: its own (`worker-1`) unless the
+    job packs several tasks per container (`workers-0`)."""
+    return spec.container_of(task).name if spec is not None else f"{task.type}-{task.index}"
+
+
+HADOOP_ENV = r"""# Hadoop client env so TF can read hdfs:// (skipped quietly when no hadoop here)
+HADOOP_BIN="${HADOOP_HOME:-${HADOOP_COMMON_HOME:-/nonexistent}}/bin/hadoop"
+[ -x "$HADOOP_BIN" ] || HADOOP_BIN="$(command -v hadoop 2>/dev/null || true)"
+if [ -n "$HADOOP_BIN" ] && [ -x "$HADOOP_BIN" ]; then
+  HADOOP_HOME="${HADOOP_HOME:-$(cd "$(dirname "$HADOOP_BIN")/.." && pwd)}"
+  export HADOOP_HOME
+  export HADOOP_HDFS_HOME="${HADOOP_HDFS_HOME:-$HADOOP_HOME}"
+  CLASSPATH="$("$HADOOP_BIN" classpath --glob 2>/dev/null)${CLASSPATH:+:$CLASSPATH}"
+  export CLASSPATH
+  JVM_LIB="$(find -L "${JAVA_HOME:-/nonexistent}" -name libjvm.so 2>/dev/null | head -n 1)"
+  NATIVE="$HADOOP_HOME/lib/native"
+  LD_LIBRARY_PATH="${JVM_LIB:+$(dirname "$JVM_LIB"):}$NATIVE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export LD_LIBRARY_PATH
+fi
+"""
+
+
+def python_for(spec: JobSpec) -> str:
+    if spec.runtime.mode == "virtual-env":
+        return f"./{ENV_DIR}/bin/python"
+    return spec.runtime.python
+
+
+def runtime_setup(spec: JobSpec) -> str:
+    """Activate a shipped env before anything runs (-m virtual-env); with -m local and an
+    absolute --python, put its dir first on PATH, so `-c python ...` is that interpreter
+    (the node's own PATH may name another python first, or none)."""
+    if spec.runtime.mode == "local" and os.path.isabs(spec.runtime.python):
+        return f'export PATH={shlex.quote(os.path.dirname(spec.runtime.python))}:"$PATH"\n'
+    if spec.runtime.mode != "virtual-env":
+        return ""
+    return (f'export VIRTUAL_ENV="$PWD/{ENV_DIR}" PATH="$PWD/{ENV_DIR}/bin:$PATH"\n'
+            f'[ -x "{ENV_DIR}/bin/conda-unpack" ] && "{ENV_DIR}/bin/conda-unpack"\n'
+            "unset PYTHONHOME\n")
+
+
+def link_contents(names: tuple[str, ...]) -> str:
+    """`-f ./`: put each unpacked archive's top-level entries into the working dir."""
+    lines = []
+    for name in names:
+        q = shlex.quote(name)
+        lines.append(f'for p in {q}/* {q}/.[!.]*; do [ -e "$p" ] && [ ! -e "$(basename "$p")" ]'
+                     ' && ln -s "$p" .; done')
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def check_python(py: str, what: str) -> str:
+    """Fail the container at once, saying why, when tfyarn cannot run there."""
+    q = shlex.quote(py)
+    return (f"if ! {q} -c 'import tfyarn, skein' 2>/dev/null; then\n"
+            f'  echo "tfyarn: {what}: cannot import tfyarn and skein with {py} on $(hostname):'
+            ' install tfyarn on every node (-m local, see --python), pack it into the env'
+            ' (-m virtual-env) or the image (-m docker)" >&2\n  exit 1\nfi\n')
+
+
+def task_script(spec: JobSpec, container: Container, staged: Staged) -> str:
+    py = python_for(spec)
+    tasks = ",".join(str(t) for t in container.tasks)
+    return ("set -u\n" + HADOOP_ENV + runtime_setup(spec) + link_contents(staged.link_contents)
+            + check_python(py, container.name)
+            + f"exec {shlex.quote(py)} -m tfyarn.runtime.launcher --job {JOB_FILE} "
+              f'--tasks {tasks} --gpus auto --kv skein: --attempt "${{TFYARN_ATTEMPT:-0}}"\n')
+
+
+TENSORBOARD_SERVICE = "tensorboard"
+TENSORBOARD_MEMORY_MB = 1024  # TensorBoard with TF loaded; not user-sized in el_submit
+
+
+def tensorboard_script(spec: JobSpec) -> str:
+    py = python_for(spec)
+    return ("set -u\n" + HADOOP_ENV + runtime_setup(spec) + check_python(py, "tensorboard")
+            + f"exec {shlex.quote(py)} -m tfyarn.runtime.tensorboard --job {JOB_FILE} --kv skein: "
+              f"--python {shlex.quote(py)}\n")
+
+
+# skein's ApplicationMaster renders its overview page (the tracking URL) with mustache,
+# which reads the registered pages' Map.Entry objects by reflection: on Java 16 and later
+# that needs java.util opened, else every app with a page (tfyarn's job page) answers 500
+# there. JDK_JAVA_OPTIONS reaches the AM's own `java` (Java 9+; Java 8 ignores it).
+AM_JAVA_OPENS = ("--add-opens=java.base/java.util=ALL-UNNAMED "
+                 "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED")
+
+
+def driver_script(spec: JobSpec) -> str:
+    py = spec.runtime.python if spec.runtime.mode == "docker" else python_for(spec)
+    return ("set -u\nunset JDK_JAVA_OPTIONS  # the AM's, not the driver's\n"
+            + runtime_setup(spec) + check_python(py, "driver")
+            + f"exec {shlex.quote(py)} -m tfyarn.runtime.driver --job {JOB_FILE} --kv skein:\n")
+
+
+def files_dict(staged: Staged, with_env: str | None) -> dict[str, dict[str, str]]:
+    files = {JOB_FILE: {"source": staged.job_json, "type": "file"}}
+    for name, source, kind in staged.resources:
+        files[name] = {"source": source, "type": kind}
+    if with_env:
+        files[ENV_DIR] = {"source": with_env, "type": "archive"}
+    return files
+
+
+def container_env(spec: JobSpec, defaults: ClusterDefaults) -> dict[str, str]:
+    """The environment YARN gives each task container. Not the user's --env: YARN writes
+    it as `export K="V"` into launch_container.sh, unescaped, so a `"`, a backtick or `$(`
+    would break or expand; the launcher applies --env from the job JSON byte for byte."""
+    env = {**defaults.extra_env, "PYTHONUNBUFFERED": "1"}
+    if spec.runtime.mode == "docker":
+        env["YARN_CONTAINER_RUNTIME_TYPE"] = "docker"
+        env["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] = spec.runtime.arg or ""
+        env["YARN_CONTAINER_RUNTIME_DOCKER_CONTAINER_NETWORK"] = defaults.docker_network
+        if defaults.docker_mounts:
+            env["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] = ",".join(defaults.docker_mounts)
+    return env
+
+
+def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -> dict[str, Any]:
+    """The skein ApplicationSpec as a plain dict (pure: no I/O, no skein import)."""
+    env_archive = staged.env_archive or (
+        spec.runtime.arg if spec.runtime.mode == "virtual-env" else None)
+    files = files_dict(staged, env_archive)
+    env = container_env(spec, defaults)
+    label = {"node_label": spec.yarn.node_label} if spec.yarn.node_label else {}
+    services = {}
+    for container in spec.containers():
+        res = container.resources
+        services[container.name] = {
+            "instances": 1,
+            # the driver decides about failures and restarts whole gangs itself
+            # (add_container); with skein's default a failed container would end the app
+            "max_restarts": 0,
+            "allow_failures": True,
+            "resources": {"memory": res.memory_mb, "vcores": res.vcores, "gpus": res.gpus},
+            "files": files,
+            "env": env,
+            "script": task_script(spec, container, staged),
+            **label,
+        }
+    master_files = files_dict(Staged(staged.job_json), env_archive)
+    if spec.tensorboard_dir:  # a side task: never in TF_CONFIG, never decides the outcome
+        services[TENSORBOARD_SERVICE] = {
+            "instances": 1, "max_restarts": 0, "allow_failures": True,
+            "resources": {"memory": TENSORBOARD_MEMORY_MB, "vcores": 1, "gpus": 0},
+            "files": master_files, "env": env, "script": tensorboard_script(spec), **label}
+    app: dict[str, Any] = {
+        "name": spec.name,
+        "tags": sorted({APP_TAG, *spec.yarn.tags}),
+        "max_attempts": 1,
+        "master": {
+            "resources": {"memory": spec.yarn.am_memory_mb, "vcores": spec.yarn.am_vcores},
+            "files": master_files,
+            "env": {**defaults.extra_env, "PYTHONUNBUFFERED": "1",
+                    "JDK_JAVA_OPTIONS": AM_JAVA_OPENS},
+            "script": driver_script(spec),
+        },
+        "services": services,
+    }
+    if spec.yarn.queue:
+        app["queue"] = spec.yarn.queue
+    return app
+
+
+def application_spec(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -> Any:
+    """The same, as a validated skein.ApplicationSpec."""
+    return skeinlink.application_spec(application_dict(spec, staged, defaults))

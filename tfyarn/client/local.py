@@ -1,0 +1,559 @@
+"""Local backend (`el_submit --local`): the driver and one launcher per task as local processes.
+
+Same driver, same launcher, same key-value protocol as on YARN, with a directory as the
+store. Every process writes its own log file (a file never blocks a writer and outlives
+the client); the client shows them on stderr, prefixed `[worker:1] `, while it can.
+stdout carries only the job id. Whatever way the job ends (success, failure, Ctrl-C,
+SIGTERM, SIGHUP, the client SIGKILLed), nothing carrying its TFYARN_JOB_ID survives:
+the launchers contain their trees, the driver ends the job when the client dies, and the
+client sweeps what is left when it can.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import glob
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from tfyarn.client import common
+from tfyarn.client import files as filesmod
+from tfyarn.client.interrupts import Interrupts
+from tfyarn.core.errors import EXIT_TFYARN, EnvironmentMissing, JobFailed, SpecError
+from tfyarn.core.jobspec import Container, JobSpec
+from tfyarn.core.policy import Outcome, elapsed_words, plural, signal_of
+from tfyarn.core.progress import Progress, Reading
+from tfyarn.core.say import say
+from tfyarn.core.settings import Settings
+from tfyarn.core.tfconfig import Task
+from tfyarn.core.timing import (
+    FOLLOW_S,
+    LOCAL_DRIVER_SLACK_S,
+    RESTART_EXIT_WAIT_S,
+    STOP_REPORT_S,
+    TENSORBOARD_DONE_SLACK_S,
+    TENSORBOARD_START_S,
+)
+from tfyarn.hdfs import webhdfs
+from tfyarn.protocol import kv as kvmod
+from tfyarn.runtime import proc
+from tfyarn.runtime.tensorboard import MISSING_HINT
+
+JOB_DIR_PREFIX = "tfyarn-"
+
+
+def new_job_id() -> str:
+    return f"local_{time.strftime('%Y%m%d_%H%M%S')}_{uuid.uuid4().hex[:6]}"
+
+
+# ---------------------------------------------------------------- pre-flight (no process yet)
+
+
+def docker_reachable() -> str | None:
+    """None if a docker daemon answers, else why not."""
+    if shutil.which("docker") is None:
+        return "no docker command on PATH"
+    try:
+        r = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                           capture_output=True, text=True, timeout=10)
+    except subprocess.TimeoutExpired:
+        return "docker info timed out"
+    return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["no daemon"])[-1]
+
+
+def count_gpus() -> int:
+    """GPUs this machine has (NVIDIA driver view); 0 when there is no driver."""
+    try:
+        return len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+
+
+def temp_root(settings: Settings) -> str:
+    """Where job dirs go: TMPDIR, which must be a writable directory if it is set."""
+    root = settings.tmpdir or tempfile.gettempdir()
+    if not os.path.exists(root):
+        problem = "does not exist"
+    elif not os.path.isdir(root):
+        problem = "is not a directory"
+    elif not os.access(root, os.W_OK | os.X_OK):
+        problem = "is not writable"
+    else:
+        return root
+    raise EnvironmentMissing(f"TMPDIR={root!r} {problem}: local jobs keep their dirs there; "
+                             "set TMPDIR to a writable directory (e.g. export TMPDIR=/tmp)")
+
+
+def assign_gpus(spec: JobSpec, have: int) -> dict[str, str]:
+    """Container name -> its GPU ids ("0,1") or "none": disjoint ranges of this machine's
+    GPUs, in container order; if the job asks for more than there are, every container
+    runs on CPU (with a warning), as a job that cannot have its GPUs should not half-run."""
+    need = sum(c.resources.gpus for c in spec.containers())
+    if need > have:
+        if need:
+            say(f"warning: the job asks for {need} GPUs (-wg per container) and this machine "
+                f"has {have}; running every task on CPU")
+        return {c.name: "none" for c in spec.containers()}
+    out, start = {}, 0
+    for c in spec.containers():
+        n = c.resources.gpus
+        out[c.name] = ",".join(str(i) for i in range(start, start + n)) or "none"
+        start += n
+    return out
+
+
+def preflight(spec: JobSpec, settings: Settings) -> tuple[str, filesmod.Inventory]:
+    """Everything that can refuse the job before a single process starts; returns the
+    temp root and what -f ships."""
+    root = temp_root(settings)
+    if spec.runtime.mode == "docker":
+        why = docker_reachable()
+        if why:
+            raise EnvironmentMissing(f"-m docker needs a reachable docker daemon ({why}); "
+                                     "start docker or use -m local / -m virtual-env")
+    if spec.runtime.mode == "virtual-env" and "://" in (spec.runtime.arg or ""):
+        raise SpecError("-m_arg: --local needs a local archive path, not a remote URL")
+    inv = filesmod.inventory(spec.files, spec.yarn.max_upload_mb, skip=[root])
+    return root, inv
+
+
+# ---------------------------------------------------------------- job dir
+
+
+def unpack_env(archive: str, dest: str) -> str:
+    """Unpack a packed env once for all tasks; returns its bin dir."""
+    try:
+        progress = Progress(f"unpacking {os.path.basename(archive)}", os.path.getsize(archive))
+        with open(archive, "rb") as raw, tarfile.open(
+                fileobj=Reading(raw, progress), mode="r|*") as tar:  # a stream: read once
+            tar.extractall(dest, filter="tar")
+        progress.finish()
+    except (tarfile.TarError, OSError) as exc:
+        raise SpecError(f"-m_arg: cannot unpack {archive!r} as a .tar.gz env: {exc}") from None
+    bin_dir = os.path.join(dest, "bin")
+    if not os.path.isdir(bin_dir):
+        raise SpecError(f"-m_arg: {archive!r} has no bin/ at its top; pack the env itself "
+                        "(venv-pack / conda-pack)")
+    conda_unpack = os.path.join(bin_dir, "conda-unpack")
+    if os.path.exists(conda_unpack):
+        subprocess.run([conda_unpack], check=False)
+    return bin_dir
+
+
+@dataclass(frozen=True)
+class JobDir:
+    """The on-disk layout of one local job."""
+
+    root: str
+
+    @property
+    def kv_url(self) -> str:
+        return f"dir:{os.path.join(self.root, 'kv')}"
+
+    @property
+    def job_json(self) -> str:
+        return os.path.join(self.root, "job.json")
+
+    @property
+    def shared_files(self) -> str:
+        return os.path.join(self.root, "files")
+
+    def task_dir(self, container: Container) -> str:
+        return os.path.join(self.root, "tasks", container.name)
+
+    def log_path(self, label: str) -> str:
+        return os.path.join(self.root, "logs", f"{label.replace(':', '_')}.log")
+
+
+def find_job_dir(job_id: str, settings: Settings) -> str | None:
+    """The dir of a local job, if it is still there (`tfyarn status local_...`)."""
+    pattern = os.path.join(settings.tmpdir or tempfile.gettempdir(), f"{JOB_DIR_PREFIX}{job_id}-*")
+    found = sorted(glob.glob(pattern))
+    return found[-1] if found else None
+
+
+def stage(spec: JobSpec, root: str, inv: filesmod.Inventory, job_id: str,
+            settings: Settings) -> tuple[JobDir, str]:
+    """Create the job dir and stage everything; returns (dir, PATH prefix). A failure or
+    interrupt half-way leaves no job dir behind."""
+    try:
+        jd = JobDir(tempfile.mkdtemp(prefix=f"{JOB_DIR_PREFIX}{job_id}-", dir=root))
+    except OSError as exc:
+        raise EnvironmentMissing(f"cannot create the job dir in {root}: {exc.strerror}; set "
+                                 "TMPDIR to a writable directory with free space") from None
+    try:
+        return jd, _fill(spec, jd, inv, settings)
+    except OSError as exc:
+        shutil.rmtree(jd.root, ignore_errors=True)
+        raise EnvironmentMissing(f"cannot stage the job in {jd.root}: {exc}; check free space "
+                                 "and permissions under TMPDIR") from None
+    except BaseException:
+        shutil.rmtree(jd.root, ignore_errors=True)
+        raise
+
+
+def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory, settings: Settings) -> str:
+    os.makedirs(os.path.join(jd.root, "logs"))
+    os.makedirs(jd.shared_files)
+    filesmod.copy_into(inv, jd.shared_files)
+    remote = [f for f in spec.files if f.remote]
+    for f in remote:  # `-f hdfs://...`: copied into the job dir over WebHDFS (no JVM here)
+        try:
+            webhdfs.download(f.source, os.path.join(jd.shared_files, f.dest),
+                             settings.conf_dir(), settings.user)
+        except webhdfs.HdfsUnavailable as exc:
+            raise EnvironmentMissing(f"-f: {exc}") from None
+    names = sorted({*inv.top_level(), *(f.dest for f in remote)})
+    for container in spec.containers():
+        os.makedirs(jd.task_dir(container))
+        filesmod.link_into(names, jd.shared_files, jd.task_dir(container))
+    ckpt = spec.checkpoint_dir or os.path.join(jd.root, "checkpoints")  # restarts resume here
+    with open(jd.job_json, "w", encoding="utf-8") as f:
+        f.write(dataclasses.replace(spec, checkpoint_dir=ckpt).to_json())
+    if spec.runtime.mode == "virtual-env":
+        return unpack_env(spec.runtime.arg or "", os.path.join(jd.root, "env"))
+    return os.path.dirname(sys.executable)
+
+
+# ---------------------------------------------------------------- processes
+
+
+@dataclass
+class Procs:
+    """What this client started: the driver, the launchers (by container) and the log
+    view."""
+
+    jd: JobDir
+    follower: proc.Follower
+    driver: subprocess.Popen | None = None
+    launchers: dict[Container, subprocess.Popen] = field(default_factory=dict)
+    attempt: int = 0  # the gang `launchers` belong to
+    tensorboard: subprocess.Popen | None = None  # the side task, with -enable_tensorboard
+
+    def all(self) -> list[subprocess.Popen]:
+        return [p for p in (self.driver, self.tensorboard, *self.launchers.values())
+                if p is not None]
+
+    def spawn(self, label: str, prefix: str | None, argv: list[str], cwd: str,
+              env: dict[str, str]) -> subprocess.Popen:
+        """One process in its own session (the terminal's Ctrl-C and hang-up reach only
+        the client), logging to its own file, told by SIGTERM if the client dies; its
+        lines are shown on the terminal after `prefix` (None: only in its file)."""
+        path = self.jd.log_path(label)
+        with open(path, "ab") as log:
+            p = proc.start(argv, env, cwd=cwd, stdout=log, stderr=log, new_session=True,
+                           parent_death=signal.SIGTERM)
+        if prefix is not None:
+            self.follower.add(path, prefix)
+        return p
+
+
+def base_env(settings: Settings, job_id: str, path_prefix: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(TFYARN_JOB_ID=job_id, TFYARN_ADVERTISE_HOST="127.0.0.1",
+               PATH=path_prefix + os.pathsep + settings.path)
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
+              gpus: dict[str, str]) -> None:
+    """Driver first, then attempt 0's launchers."""
+    jd, py = procs.jd, sys.executable
+    try:
+        procs.driver = procs.spawn("driver", "", [py, "-m", "tfyarn.runtime.driver", "--job",
+                                                  jd.job_json, "--kv", jd.kv_url, "--logs",
+                                                  os.path.join(jd.root, "logs")], jd.root, env)
+        if spec.tensorboard_dir:
+            procs.tensorboard = procs.spawn(  # its chatter stays in logs/tensorboard.log
+                "tensorboard", None,
+                [py, "-m", "tfyarn.runtime.tensorboard", "--job", jd.job_json, "--kv", jd.kv_url,
+                 "--python", job_python(env)], jd.root, env)
+    except OSError as exc:
+        raise EnvironmentMissing(f"could not start tfyarn's driver: {exc}; raise the limits "
+                                 "(ulimit -n, ulimit -u)") from None
+    start_launchers(spec, procs, env, interrupts, gpus)
+
+
+def job_python(env: Mapping[str, str]) -> str:
+    """The `python` the tasks' command lines get: first on the job's PATH."""
+    return shutil.which("python", path=env.get("PATH")) or \
+        shutil.which("python3", path=env.get("PATH")) or sys.executable
+
+
+def check_tensorboard(spec: JobSpec, env: Mapping[str, str]) -> None:
+    """-enable_tensorboard: the job's python must have tensorboard, said before anything
+    starts (an image, -m docker, is not looked into)."""
+    if not spec.tensorboard_dir or spec.runtime.mode == "docker":
+        return
+    python = job_python(env)
+    found = subprocess.run([python, "-c", "import importlib.util as u, sys; "
+                            "sys.exit(u.find_spec('tensorboard') is None)"],
+                           env=dict(env), capture_output=True).returncode == 0
+    if not found:
+        raise EnvironmentMissing(f"-enable_tensorboard: {python} has no tensorboard; "
+                                 f"{MISSING_HINT}, or drop -enable_tensorboard")
+
+
+def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
+                    gpus: dict[str, str]) -> None:
+    """One launcher per container for the attempt in `procs.attempt`; stops spawning as
+    soon as a signal came. A one-task container's lines are prefixed `[task] ` here; a
+    launcher of several prefixes each process's lines itself. A restarted container
+    appends to the same log file."""
+    jd, py = procs.jd, sys.executable
+    docker = ["--docker-image", spec.runtime.arg or ""] if spec.runtime.mode == "docker" else []
+    procs.launchers = {}
+    try:
+        for c in spec.containers():
+            if interrupts.count:
+                return
+            tasks = ",".join(str(t) for t in c.tasks)
+            prefix = f"[{c.tasks[0]}] " if len(c.tasks) == 1 else ""
+            procs.launchers[c] = procs.spawn(
+                c.name, prefix, [py, "-m", "tfyarn.runtime.launcher", "--job", jd.job_json,
+                                 "--tasks", tasks, "--kv", jd.kv_url, "--gpus", gpus[c.name],
+                                 "--attempt", str(procs.attempt), *docker],
+                jd.task_dir(c), env)
+    except OSError as exc:
+        raise EnvironmentMissing(
+            f"could not start the job's processes after {len(procs.all())} of "
+            f"{len(spec.tasks()) + 1}: {exc}; raise the limits (ulimit -n for open files, "
+            "ulimit -u for processes) or run fewer tasks") from None
+
+
+def end_launchers(launchers: Iterable[subprocess.Popen], timeout: float) -> None:
+    """An earlier gang's launchers: they exit by themselves once they reported; one that
+    did not in time is killed with its group (its watchdog ends what it started)."""
+    launchers = list(launchers)
+    wait_procs(launchers, timeout)
+    left = [p for p in launchers if p.poll() is None]
+    kill_groups(left)
+    for p in left:
+        p.wait()
+
+
+# ---------------------------------------------------------------- teardown
+
+
+def job_pids(job_id: str) -> list[int]:
+    """Every process whose environment carries this job's id: the whole tree, however deep."""
+    return proc.tagged("TFYARN_JOB_ID", job_id)
+
+
+def kill_groups(procs: Iterable[subprocess.Popen]) -> None:
+    """SIGKILL the process group of each process we started (each leads its own)."""
+    for p in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(p.pid, signal.SIGKILL)
+
+
+def kill_all(procs: Iterable[subprocess.Popen], job_id: str, docker: bool) -> None:
+    """SIGKILL every process group we started, then anything else that carries the job id."""
+    procs = list(procs)
+    kill_groups(procs)
+    proc.kill_rounds(lambda: job_pids(job_id))
+    for p in procs:
+        p.wait()
+    if docker:
+        _remove_containers(job_id)
+
+
+def _remove_containers(job_id: str) -> None:
+    ids = subprocess.run(["docker", "ps", "-q", "--filter", f"label=tfyarn.job={job_id}"],
+                         capture_output=True, text=True, check=False).stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
+
+
+def wait_procs(procs: Iterable[subprocess.Popen], timeout: float,
+               cut: Callable[[], bool] = lambda: False) -> bool:
+    """Wait (bounded) for processes to end by themselves; `cut` ends the wait early."""
+    deadline = time.monotonic() + timeout
+    for p in procs:
+        while p.poll() is None:
+            if cut() or time.monotonic() > deadline:
+                return False
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=FOLLOW_S)
+    return True
+
+
+# ---------------------------------------------------------------- the job
+
+
+@dataclass
+class LocalJob:
+    spec: JobSpec
+    settings: Settings
+    interrupts: Interrupts = field(default_factory=Interrupts)
+    job_id: str = field(default_factory=new_job_id)
+    started: float = field(default_factory=time.monotonic)
+    signals_before_linger: int | None = None  # a signal during the linger only ends it
+    news: common.News = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.news = common.News(self.spec)
+
+    def run(self) -> Outcome:
+        """Run the job to its end; returns the outcome, raises JobFailed when it did not
+        succeed (with the exit code of the ending)."""
+        root, inv = preflight(self.spec, self.settings)
+        gpus = assign_gpus(self.spec, self.settings.gpu_count if self.settings.gpu_count
+                           is not None else count_gpus())
+        jd, prefix = stage(self.spec, root, inv, self.job_id, self.settings)
+        env = base_env(self.settings, self.job_id, prefix)
+        try:
+            check_tensorboard(self.spec, env)
+        except BaseException:
+            shutil.rmtree(jd.root, ignore_errors=True)
+            raise
+        with self.interrupts.deferred():
+            common.emit_id(self.job_id)
+            say(f"job {self.job_id}: {plural(len(self.spec.tasks()), 'task')}, dir {jd.root}")
+            terminal = getattr(sys.stderr, "buffer", None)  # None when stderr is closed
+            procs = Procs(jd, proc.Follower(terminal, FOLLOW_S).start())
+            try:
+                start_all(self.spec, procs, env, self.interrupts, gpus)
+                self._supervise(procs, lambda: start_launchers(self.spec, procs, env,
+                                                               self.interrupts, gpus))
+            finally:
+                wait_procs(reported(procs), STOP_REPORT_S, cut=lambda: self.interrupts.count >= 2)
+                self._linger(procs)
+                kill_all(procs.all(), self.job_id, self.spec.runtime.mode == "docker")
+                procs.follower.stop()
+        return self._finish(jd)
+
+    def _supervise(self, procs: Procs, relaunch: Callable[[], None]) -> None:
+        """Until the driver ends: act on signals and deadlines, start the gang of each new
+        attempt, say the job's news, report dead launchers."""
+        store = kvmod.open_kv(procs.jd.kv_url)
+        escalation = common.Escalation(self.interrupts, self.spec.stop_grace_s)
+        while procs.driver is not None and procs.driver.poll() is None:
+            why = self._must_force(store, escalation)
+            if why is not None:
+                say(why)
+                return
+            if escalation.asked_at is None:
+                self._next_attempt(procs, store, relaunch)
+            self.news.read(store)
+            report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt))
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                procs.driver.wait(timeout=FOLLOW_S)
+        if procs.driver is not None and store.get(kvmod.STATUS) is None:
+            say(f"the driver ended without a final status ({describe_rc(procs.driver)}); "
+                "stopping every task")
+            kvmod.Scoped(store, procs.attempt).put(kvmod.STOP, "the driver died")
+
+    def _must_force(self, store: kvmod.KV, escalation: common.Escalation) -> str | None:
+        """The first signal asks the driver for an orderly stop; why every task must be
+        killed now (a second signal, no stop in time, --timeout overrun), or None."""
+        if self.interrupts.count and escalation.asked_at is None:
+            say(f"{self.interrupts.words()}: stopping every task (send it again to kill "
+                "at once)")
+            escalation.ask(store, self.interrupts.words())
+        why = escalation.forced()
+        if why == "second signal":
+            return "killing every task now"
+        if why is not None:
+            return "the driver did not stop the job in time; killing every task"
+        limit = self.spec.timeout_s
+        if limit is not None and time.monotonic() - self.started > limit + LOCAL_DRIVER_SLACK_S:
+            return "the driver did not end the job after --timeout; killing every task"
+        return None
+
+    def _next_attempt(self, procs: Procs, store: kvmod.KV,
+                      relaunch: Callable[[], None]) -> None:
+        """The driver restarts the gang (its log, on the terminal, says why): end the old
+        launchers, start new ones."""
+        attempt = kvmod.current_attempt(store)
+        if attempt <= procs.attempt:
+            return
+        end_launchers(procs.launchers.values(), RESTART_EXIT_WAIT_S)
+        procs.attempt = attempt
+        relaunch()
+
+    def _linger(self, procs: Procs) -> None:
+        """--tensorboard-linger: a job that ended by itself keeps TensorBoard up (it
+        lingers on its own, once it answers) until then, or until a signal cuts it short."""
+        tb, store = procs.tensorboard, kvmod.open_kv(procs.jd.kv_url)
+        if tb is None or tb.poll() is not None or self.interrupts.count \
+                or not self.spec.tensorboard_linger_s or store.get(kvmod.STATUS) is None:
+            return
+        deadline = time.monotonic() + TENSORBOARD_START_S  # a short job ends before it is up
+        while (raw := self.news.tensorboard(store)) is None and tb.poll() is None \
+                and not self.interrupts.count and time.monotonic() < deadline:
+            time.sleep(FOLLOW_S)
+        if raw is None or "url" not in json.loads(raw) or self.interrupts.count:
+            return
+        self.signals_before_linger = self.interrupts.count
+        say(f"TensorBoard stays up {self.spec.tensorboard_linger_s / 60:g} min at "
+            f"{json.loads(raw)['url']} (--tensorboard-linger; Ctrl-C ends it)")
+        wait_procs([tb], self.spec.tensorboard_linger_s + TENSORBOARD_DONE_SLACK_S,
+                   cut=lambda: self.interrupts.count > 0)
+
+    def _finish(self, jd: JobDir) -> Outcome:
+        raw = kvmod.open_kv(jd.kv_url).get(kvmod.STATUS)
+        took = elapsed_words(time.monotonic() - self.started)
+        if self.interrupts.count and self.signals_before_linger is None:
+            raise common.interrupted(f"job {self.job_id}", self.interrupts,
+                                     f"every task was stopped after {took} (logs: "
+                                     f"{jd.root}/logs)")
+        if raw is None:
+            raise JobFailed(f"job {self.job_id}: tfyarn's driver ended without a final status "
+                            f"after {took}; every task was stopped. Read "
+                            f"{jd.log_path('driver')}", EXIT_TFYARN)
+        outcome = Outcome.from_json(raw)
+        if outcome.state != "SUCCEEDED":
+            where = task_log(self.spec, jd, outcome.task) if outcome.task else \
+                os.path.join(jd.root, "logs")
+            raise common.failed(outcome, f"job {self.job_id}", outcome.state,
+                                f"ran {took}; full log: less {where}")
+        if self.settings.keep_job_dir:
+            say(f"logs kept (TFYARN_KEEP_JOB_DIR): {jd.root}/logs")
+        else:
+            shutil.rmtree(jd.root, ignore_errors=True)
+        say(f"job {self.job_id} SUCCEEDED in {took}: {outcome.message}")
+        return outcome
+
+
+def reported(procs: Procs) -> list[subprocess.Popen]:
+    """Launchers that published their exit record, so are about to exit by themselves;
+    the others (frozen, or never told) are killed without waiting."""
+    store = kvmod.Scoped(kvmod.open_kv(procs.jd.kv_url), procs.attempt)
+    return [p for c, p in procs.launchers.items()
+            if all(store.get(kvmod.exit_key(t)) is not None for t in c.tasks)]
+
+
+def describe_rc(p: subprocess.Popen) -> str:
+    sig = signal_of(p.poll())
+    return f"killed by {sig.name}" if sig is not None else f"exit code {p.returncode}"
+
+
+def report_dead_launchers(procs: Procs, store: kvmod.KV) -> None:
+    """A launcher process that ended without an exit record died (SIGKILL, OOM killer):
+    tell the driver now rather than after the heartbeat timeout."""
+    for container, p in procs.launchers.items():
+        if p.poll() is None:
+            continue
+        for task in container.tasks:
+            if store.get(kvmod.exit_key(task)) is None and store.get(kvmod.lost_key(task)) is None:
+                store.put(kvmod.lost_key(task), json.dumps({
+                    "code": None, "lost": True, "time": time.time(),
+                    "reason": f"its launcher process died ({describe_rc(p)}) before reporting"}))
+
+
+def task_log(spec: JobSpec, jd: JobDir, task: str) -> str:
+    """The log file holding a task's output: its container's."""
+    return jd.log_path(spec.container_of(Task.parse(task)).name)

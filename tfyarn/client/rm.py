@@ -1,0 +1,94 @@
+"""The ResourceManager's REST API, for lifecycle commands that need no JVM.
+
+`tfyarn status` and `tfyarn ls` only read application reports; starting skein's Java
+driver for that costs seconds, one HTTP GET costs milliseconds. Owns: finding the RM's
+web address(es) in HADOOP_CONF_DIR (HA and HTTPS included) and reading reports.
+Raises `Unavailable` where REST cannot serve (Kerberos without SPNEGO support here,
+no configuration, no answer), and the caller falls back to skein.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfyarn.core.timing import REST_TIMEOUT_S
+from tfyarn.hdfs.siteconf import expand, read_site
+
+ACTIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
+ALL_STATES = (*ACTIVE_STATES, "FINISHED", "FAILED", "KILLED")
+
+
+class Unavailable(Exception):
+    """REST cannot answer here; use skein instead."""
+
+
+class NotFound(Exception):
+    """The RM answered: no such application."""
+
+
+def web_addresses(conf: Mapping[str, str]) -> list[str]:
+    """Base URLs of the RM web service(s), active-first order unknown (HA: all of them)."""
+    https = conf.get("yarn.http.policy", "HTTP_ONLY").upper() == "HTTPS_ONLY"
+    key, port, scheme = (("yarn.resourcemanager.webapp.https.address", 8090, "https") if https
+                         else ("yarn.resourcemanager.webapp.address", 8088, "http"))
+    ids = [""]
+    if conf.get("yarn.resourcemanager.ha.enabled", "false").lower() == "true":
+        ids = [f".{i.strip()}" for i in conf.get("yarn.resourcemanager.ha.rm-ids", "").split(",")
+               if i.strip()] or [""]
+    urls = []
+    for rid in ids:
+        host = conf.get(f"yarn.resourcemanager.hostname{rid}") or conf.get(
+            "yarn.resourcemanager.hostname", "0.0.0.0")
+        addr = expand(conf.get(f"{key}{rid}") or conf.get(key) or f"{host}:{port}",
+                       {**conf, "yarn.resourcemanager.hostname": host})
+        urls.append(f"{scheme}://{addr.replace('0.0.0.0', 'localhost')}")
+    return urls
+
+
+@dataclass(frozen=True)
+class RestClient:
+    """Reads application reports from the RM over HTTP."""
+
+    bases: tuple[str, ...]
+    user: str
+
+    @classmethod
+    def from_conf_dir(cls, conf_dir: str | None, user: str) -> RestClient:
+        if not conf_dir or not os.path.isdir(conf_dir):
+            raise Unavailable("no HADOOP_CONF_DIR")
+        core = read_site(os.path.join(conf_dir, "core-site.xml"))
+        if core.get("hadoop.security.authentication", "simple").lower() != "simple":
+            raise Unavailable("Kerberos: the REST API needs SPNEGO")
+        yarn_conf = read_site(os.path.join(conf_dir, "yarn-site.xml"))
+        return cls(tuple(web_addresses(yarn_conf)), user)
+
+    def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        query = urllib.parse.urlencode({**(params or {}), "user.name": self.user})
+        last: Exception | None = None
+        for base in self.bases:
+            url = f"{base}/ws/v1/cluster/{path}?{query}"
+            req = urllib.request.Request(url, headers={"Accept": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=REST_TIMEOUT_S) as resp:  # noqa: S310
+                    return json.loads(resp.read().decode("utf-8"))
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    raise NotFound(path) from None
+                last = exc
+            except (urllib.error.URLError, OSError, ValueError) as exc:
+                last = exc
+        raise Unavailable(f"ResourceManager REST API did not answer: {last}")
+
+    def app(self, app_id: str) -> dict:
+        return self.get(f"apps/{app_id}")["app"]
+
+    def apps(self, tag: str, states: tuple[str, ...]) -> list[dict]:
+        found = self.get("apps", {"applicationTags": tag, "states": ",".join(states)})
+        return list(((found or {}).get("apps") or {}).get("app") or [])

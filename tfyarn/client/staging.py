@@ -1,0 +1,131 @@
+"""The YARN client's staging: the job JSON, `-f` dirs packed as archives, the HDFS cache,
+and the site defaults; local I/O only, before anything is submitted."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import tarfile
+from typing import Any
+
+from tfyarn.client import appspec
+from tfyarn.client import files as filesmod
+from tfyarn.core.errors import SpecError
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.progress import Progress
+from tfyarn.core.say import say
+from tfyarn.core.settings import Settings
+
+
+def _archive(entries: list[tuple[str, str]], dest: str, what: str) -> None:
+    """A dir's files as a .tar.gz: links already followed by the walk, stored as files.
+    Deterministic (sorted, no gzip timestamp), so an unchanged dir hashes the same and
+    the HDFS cache finds it."""
+    sizes = {src: os.path.getsize(src) for src, _ in entries if os.path.isfile(src)}
+    progress = Progress(f"packing {what}", sum(sizes.values()))
+    with open(dest, "wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", dereference=True) as tar:
+        for src, rel in sorted(entries, key=lambda e: e[1]):
+            tar.add(src, arcname=rel, recursive=False)
+            progress.add(sizes.get(src, 0))
+    progress.finish()
+
+
+def stage(spec: JobSpec, tmp: str) -> appspec.Staged:
+    """Write the job JSON and pack each `-f` directory as an archive YARN will unpack."""
+    filesmod.inventory(spec.files, spec.yarn.max_upload_mb, skip=[tmp])
+    job_json = os.path.join(tmp, appspec.JOB_FILE)
+    with open(job_json, "w", encoding="utf-8") as f:
+        f.write(spec.to_json())
+    resources, contents = [], []
+    for i, f in enumerate(spec.files):
+        if f.remote:  # YARN localizes it from HDFS itself: nothing through the client
+            resources.append((f.dest, f.source, "file"))
+            continue
+        if not f.is_dir:
+            resources.append((f.dest, os.path.realpath(f.source), "file"))
+            continue
+        name = f.dest or f".tfyarn-files-{i}"
+        archive = os.path.join(tmp, f"files-{i}.tar.gz")
+        _archive([(os.path.join(f.source, rel), rel)
+                  for rel, _ in filesmod.walk(f.source, [tmp])], archive, f"-f {f.source}")
+        resources.append((name, archive, "archive"))
+        if not f.dest:
+            contents.append(name)
+    env = spec.runtime.arg if spec.runtime.mode == "virtual-env" else None
+    return appspec.Staged(job_json, tuple(resources), tuple(contents), env)
+
+
+def use_cache(staged: appspec.Staged, settings: Settings, conf_dir: str | None) -> appspec.Staged:
+    """Swap the env archive and big -f archives for their copies in the HDFS cache,
+    uploading each once; where the cache cannot serve, skein uploads them as before."""
+    from tfyarn.hdfs.cache import MIN_DIR_BYTES, HdfsCache
+    from tfyarn.hdfs.webhdfs import HdfsUnavailable
+
+    big = [r for r in staged.resources
+           if r[2] == "archive" and os.path.getsize(r[1]) >= MIN_DIR_BYTES]
+    env = staged.env_archive if staged.env_archive and "://" not in staged.env_archive else None
+    if env is None and not big:
+        return staged
+    try:
+        cache = HdfsCache.open(settings.conf_dir(conf_dir), settings.user)
+        if cache is None:
+            say("HDFS cache not usable here (no HADOOP_CONF_DIR, or Kerberos): uploading")
+            return staged
+        if env is not None:
+            env = _cached(cache, env, "-m_arg")
+        swapped = {r[1]: _cached(cache, r[1], f"-f {r[0]}") for r in big}
+    except (HdfsUnavailable, OSError) as exc:  # WebHDFS down, permissions: the submit goes on
+        say(f"HDFS cache failed ({exc}); uploading instead")
+        return staged
+    resources = tuple((n, swapped.get(src, src), kind) for n, src, kind in staged.resources)
+    return dataclasses.replace(staged, resources=resources,
+                               env_archive=env or staged.env_archive)
+
+
+def _cached(cache: Any, local: str, what: str) -> str:
+    uri, hit = cache.put(local)
+    size = os.path.getsize(local) / 2**20
+    say(f"{what}: cached on HDFS, nothing uploaded ({uri})" if hit
+        else f"{what}: uploaded {size:.0f} MB to the HDFS cache ({uri}); later submits reuse it")
+    return uri
+
+
+def load_defaults(settings: Settings) -> appspec.ClusterDefaults:
+    """Site defaults from TFYARN_CONF, ~/.config/tfyarn/tfyarn.yaml or /etc/tfyarn/tfyarn.yaml."""
+    for path in settings.conf_files():
+        if os.path.isfile(path):
+            return _parse_defaults(path)
+    return appspec.ClusterDefaults()
+
+
+def _parse_defaults(path: str) -> appspec.ClusterDefaults:
+    import yaml
+
+    fix = f"fix {path} (see conf/tfyarn.yaml in tfyarn for the format) or point TFYARN_CONF " \
+          "elsewhere"
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise SpecError(f"site defaults {path}: cannot read them ({exc}); {fix}") from None
+    docker, env = (data.get("docker") or {}, data.get("env") or {}) if isinstance(data, dict) \
+        else (None, None)
+    if not isinstance(docker, dict) or not isinstance(env, dict) \
+            or not isinstance(docker.get("mounts") or [], list):
+        raise SpecError(f"site defaults {path}: expected a mapping with `docker:` (network, "
+                        f"mounts list) and `env:` mappings; {fix}")
+    return appspec.ClusterDefaults(
+        docker_network=str(docker.get("network", "host")),
+        docker_mounts=tuple(str(m) for m in docker.get("mounts") or ()),
+        extra_env={str(k): str(v) for k, v in env.items()})
+
+
+# ---------------------------------------------------------------- skein client
+
+
+def local_bytes(staged: appspec.Staged) -> int:
+    """What skein uploads at submit: the staged files that are still local (once each)."""
+    paths = {staged.job_json, staged.env_archive or "", *(r[1] for r in staged.resources)}
+    return sum(os.path.getsize(p) for p in paths if "://" not in p and os.path.isfile(p))

@@ -1,0 +1,548 @@
+"""YARN backend: submit, watch, and the lifecycle commands (status, logs, kill, ls).
+
+Thin on purpose: what runs the job is the same driver (in the ApplicationMaster) and
+launchers (in the containers) as local mode; this module only talks to YARN, through
+`skeinlink` (the one module that touches skein) and the RM's REST API where that serves
+without a JVM. What both backends tell the user lives in `common`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfyarn.client import appspec, common, rm, staging
+from tfyarn.client.follow import LiveLogs
+from tfyarn.client.interrupts import Interrupts
+from tfyarn.core.errors import (
+    STATE_EXIT,
+    EnvironmentMissing,
+    JobFailed,
+    SpecError,
+    StoreGone,
+    TfYarnError,
+)
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.policy import Outcome, attempt_tables, elapsed_words, restart_words
+from tfyarn.core.progress import Progress
+from tfyarn.core.say import say
+from tfyarn.core.settings import Settings
+from tfyarn.core.tfconfig import Task
+from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_POLL_S
+from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol import taskstate
+from tfyarn.protocol.skeinlink import NO_HADOOP, Yarn, keeping_log
+
+TERMINAL = {"FINISHED", "FAILED", "KILLED"}
+REPORT_RETRIES = 5  # consecutive failed report calls before the watcher gives up
+KILL_GRACE_S = 3.0  # `tfyarn kill`: the tasks' stop grace (the job's own is not known here)
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    conf_dir: str | None = None
+    principal: str | None = None
+    keytab: str | None = None
+    detach: bool = False
+    follow: bool = False  # -interact True: stream every task's output while watching
+
+
+# ---------------------------------------------------------------- skein's client
+
+
+def require_client(opts: ClientOptions) -> None:
+    """Refuse early, before staging anything or touching ~/.skein, if YARN can't be reached."""
+    if opts.keytab and not os.path.isfile(opts.keytab):
+        raise SpecError(f"--keytab: {opts.keytab!r} does not exist")
+    if shutil.which("yarn") is None:
+        raise EnvironmentMissing(f"{NO_HADOOP} (missing: yarn)")
+
+
+def _start_client(opts: ClientOptions, log: str) -> Yarn:
+    return Yarn.start(opts.principal, opts.keytab, log)
+
+
+@contextmanager
+def yarn_client(opts: ClientOptions) -> Iterator[Yarn]:
+    """skein's YARN client; its driver's log goes to a file, named when a call fails and
+    removed otherwise."""
+    require_client(opts)
+    if opts.conf_dir:
+        os.environ["HADOOP_CONF_DIR"] = os.path.abspath(opts.conf_dir)  # read by skein's driver
+    log = Settings.from_environ().log_path(f"skein-driver-{os.getpid()}.log")
+    with keeping_log(log), _start_client(opts, log) as client:
+        yield client
+
+
+def log_url(container: Any) -> str:
+    url = container.yarn_container_logs
+    return url if not url or "://" in url else f"http://{url}"
+
+
+def next_steps(app_id: str, task: str | None = None) -> str:
+    only = f" --task {task}" if task else ""
+    return f"logs: tfyarn logs {app_id}{only}   (or: yarn logs -applicationId {app_id})"
+
+
+def app_store(client: Yarn, app_id: str) -> kvmod.SkeinKV | None:
+    """The running application's key-value store, or None when it does not run."""
+    app = client.connect(app_id)
+    return None if app is None else kvmod.SkeinKV(app)
+
+
+# ---------------------------------------------------------------- submit and watch
+
+
+def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
+                     interrupts: Interrupts | None = None) -> int:
+    interrupts = interrupts or Interrupts()
+    require_client(opts)
+    defaults = staging.load_defaults(settings)
+    with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:
+        staged = staging.use_cache(staging.stage(spec, tmp), settings, opts.conf_dir)
+        app_spec = appspec.application_spec(spec, staged, defaults)
+        with yarn_client(opts) as client, interrupts.deferred():
+            # deferred from before the submit: a signal during it must not lose the app id
+            # (the watcher's first step kills the application then)
+            upload = Progress("submitting; skein uploads what YARN localizes",
+                              staging.local_bytes(staged))
+            app_id = client.submit(app_spec, max(r.resources.gpus for r in spec.roles))
+            upload.finish(done=upload.total)
+            common.emit_id(app_id, "application id")
+            if opts.detach and not interrupts.count:  # a signal while submitting: kill it
+                say(f"submitted {app_id}; follow it with: tfyarn status {app_id} | tfyarn "
+                    f"logs {app_id} | tfyarn kill {app_id}")
+                return 0
+            return Watcher(client, app_id, spec, interrupts, follow=opts.follow).run()
+
+
+def stop_application(client: Yarn, app_id: str, reason: str, escalation: common.Escalation) -> str:
+    """Ask the driver to stop every task (orderly, final status KILLED); force it when
+    the driver cannot (no AM yet, no answer in time) or a second signal says so."""
+    asked = escalation.ask(app_store(client, app_id), reason)
+    while asked and (why := escalation.forced()) is None:
+        state = str(client.report(app_id).state)
+        if state in TERMINAL:
+            return state
+        time.sleep(YARN_POLL_S)
+    if asked and why == "second signal":
+        say("second signal: killing the application now")
+    client.kill(app_id)
+    return "KILLED"
+
+
+@dataclass
+class Reports:
+    """The application's reports, tolerating a few failed calls in a row."""
+
+    client: Yarn
+    app_id: str
+    failures: int = 0
+
+    def next(self) -> Any:
+        """The report, or None after a passing failure; gives up after a few in a row."""
+        try:
+            rep = self.client.report(self.app_id)
+        except TfYarnError:
+            self.failures += 1
+            if self.failures >= REPORT_RETRIES:
+                raise
+            return None
+        self.failures = 0
+        return rep
+
+
+@dataclass
+class StoreView:
+    """What the running job's store says, as progress lines: tasks registered, the
+    phase, the page and TensorBoard, restarts, each task's log link, -interact's output,
+    and the final status (acknowledged, so the ApplicationMaster may go)."""
+
+    spec: JobSpec
+    follow: bool = False
+    news: common.News = field(init=False)
+    registered: int = -1
+    phase: str | None = None
+    started: set[Task] = field(default_factory=set)
+    outcome: Outcome | None = None
+    live: LiveLogs | None = None
+    followed: float = -1e9
+
+    def __post_init__(self) -> None:
+        self.news = common.News(self.spec)
+
+    def read(self, store: kvmod.SkeinKV) -> None:
+        if (restart := self.news.restart(store)) is not None:
+            say(restart_words(self.spec, *restart))
+            self.registered, self.started = -1, set()
+        snap = taskstate.read(kvmod.Scoped(store, self.news.attempt))
+        self._registered(len(snap.addrs))
+        self._phase(store.get(kvmod.PHASE))
+        self.news.read(store)
+        for task in sorted(snap.started - self.started, key=taskstate.natural):
+            self._log_link(store, task)
+        self.started |= snap.started
+        raw = store.get(kvmod.STATUS)
+        self._follow(store, final=bool(raw))
+        if raw and self.outcome is None:
+            self.outcome = Outcome.from_json(raw)
+            store.put(kvmod.ACK, "1")
+
+    def _registered(self, n: int) -> None:
+        if n != self.registered:
+            self.registered = n
+            say(f"tasks registered {n}/{len(self.spec.tasks())}")
+
+    def _phase(self, phase: str | None) -> None:
+        if phase and phase != self.phase:
+            self.phase = phase
+            say({"running": "training", "stopping": "finishing"}.get(phase, phase))
+
+    def _follow(self, store: kvmod.SkeinKV, final: bool) -> None:
+        """-interact: the tasks' new output; at most every LIVE_LOG_POLL_S, and once more
+        when the final status is out (before the ApplicationMaster may go)."""
+        if not self.follow or (not final and time.monotonic() - self.followed < LIVE_LOG_POLL_S):
+            return
+        self.followed = time.monotonic()
+        self.live = self.live or LiveLogs(store.app, getattr(sys.stderr, "buffer", None))
+        self.live.poll()
+
+    def _log_link(self, store: kvmod.SkeinKV, task: Task) -> None:
+        name = appspec.service_name(task, self.spec)
+        for c in store.app.containers(services=[name]):
+            say(f"{task} started: logs {log_url(c)}")
+
+
+@dataclass
+class Watcher:
+    """Follows one application to its end, printing progress to stderr; returns its
+    exit code or raises JobFailed."""
+
+    client: Yarn
+    app_id: str
+    spec: JobSpec
+    interrupts: Interrupts = field(default_factory=Interrupts)
+    follow: bool = False
+    state: str = ""
+    tracking_shown: bool = False
+    store: kvmod.SkeinKV | None = None
+    begun: float = field(default_factory=time.monotonic)
+    view: StoreView = field(init=False)
+    reports: Reports = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.view = StoreView(self.spec, self.follow)
+        self.reports = Reports(self.client, self.app_id)
+
+    def run(self) -> int:
+        while True:
+            if self.interrupts.count:
+                raise self._interrupted()
+            rep = self.reports.next()
+            if rep is not None:
+                self._state(rep)
+                if str(rep.state) in TERMINAL:
+                    return self._final(str(rep.final_status), rep.diagnostics)
+                if str(rep.state) == "RUNNING":
+                    self._progress()
+                    if self.view.outcome is not None and self.spec.tensorboard_linger_s:
+                        return self._lingering()
+                elif time.monotonic() - self.begun > self.spec.register_timeout_s:
+                    raise self._never_started()
+            time.sleep(YARN_POLL_S)
+
+    def _interrupted(self) -> JobFailed:
+        words = self.interrupts.words()
+        say(f"{words}: killing {self.app_id} (send it again to kill at once)")
+        stop_application(self.client, self.app_id, f"{words} (el_submit)",
+                         common.Escalation(self.interrupts, self.spec.stop_grace_s))
+        return common.interrupted(self.app_id, self.interrupts, next_steps(self.app_id))
+
+    def _never_started(self) -> JobFailed:
+        """The AM never ran, so no driver enforces -wait_time: the client does."""
+        self.client.kill(self.app_id)
+        minutes = self.spec.register_timeout_s / 60
+        return JobFailed(f"{self.app_id} was still {self.state} after -wait_time {minutes:g} min: "
+                         "YARN never started its ApplicationMaster (queue full or AM resources "
+                         f"too large?); it was killed. See: yarn application -status {self.app_id}")
+
+    def _state(self, rep: Any) -> None:
+        state = str(rep.state)
+        if state != self.state:
+            self.state = state
+            say(f"{self.app_id}: {state}")
+        if rep.tracking_url and not self.tracking_shown:
+            self.tracking_shown = True
+            say(f"tracking URL: {rep.tracking_url}")
+
+    def _progress(self) -> None:
+        """Read the job's store; an AM that went away is not an error here: the next
+        report says how the application ended."""
+        if self.store is None:
+            self.store = app_store(self.client, self.app_id)
+            if self.store is None:
+                return
+        try:
+            self.store.put(kvmod.CLIENT, "watching")
+            self.view.read(self.store)
+        except StoreGone:
+            self.store = None
+
+    def _lingering(self) -> int:
+        """The job ended but its application stays up for TensorBoard: the outcome is
+        final already, so el_submit returns it now."""
+        assert self.view.outcome is not None
+        say(f"the job ended; TensorBoard stays up {self.spec.tensorboard_linger_s / 60:g} min "
+            f"(--tensorboard-linger); end it sooner with: tfyarn kill {self.app_id}")
+        return self._final(self.view.outcome.state, "")
+
+    def _final(self, final: str, diagnostics: str | None) -> int:
+        if self.view.live is not None:
+            finish_live_logs(self.view.live, self.app_id)
+        outcome = self.view.outcome
+        if outcome is not None:
+            say("tasks:")
+            for line in attempt_tables(outcome):
+                say(f"  {line}")
+        state = final if final in STATE_EXIT else ("KILLED" if self.state == "KILLED" else "FAILED")
+        if state == "SUCCEEDED":
+            say(f"{self.app_id} SUCCEEDED in {elapsed_words(time.monotonic() - self.begun)}")
+            return 0
+        if outcome is None:
+            raise JobFailed(f"{self.app_id} {state}: {(diagnostics or 'no diagnostics').strip()}"
+                            f"\n{next_steps(self.app_id)}", STATE_EXIT[state])
+        raise common.failed(outcome, self.app_id, state, next_steps(self.app_id, outcome.task))
+
+
+# ---------------------------------------------------------------- lifecycle commands
+
+
+def rest_report(app_id: str, opts: ClientOptions) -> dict | None:
+    """The RM's report as a dict (state, finalStatus, ...), or None where REST can't serve."""
+    settings = Settings.from_environ()
+    try:
+        return rm.RestClient.from_conf_dir(settings.conf_dir(opts.conf_dir),
+                                           settings.user).app(app_id)
+    except rm.NotFound:
+        raise TfYarnError(f"no application {app_id} (list them: tfyarn ls --all)") from None
+    except rm.Unavailable:
+        return None
+
+
+def _print_report(app_id: str, name: str, state: str, final: str, url: str, diag: str) -> None:
+    print(f"application: {app_id}\nname: {name}\nstate: {state}\nfinal status: {final}\n"
+          f"tracking URL: {url}")
+    if diag:
+        print(f"diagnostics:\n{diag.strip()}")
+
+
+def status(app_id: str, opts: ClientOptions | None = None, tasks: bool = False) -> int:
+    opts = opts or ClientOptions()
+    rep = rest_report(app_id, opts)
+    if rep is not None and not (tasks and rep.get("state") == "RUNNING"):
+        _print_report(app_id, rep.get("name", ""), rep.get("state", ""),
+                      rep.get("finalStatus", ""), rep.get("trackingUrl", ""),
+                      rep.get("diagnostics", ""))
+        if rep.get("state") == "RUNNING":
+            print(f"(per-task table: tfyarn status {app_id} --tasks)")
+        return 0
+    with yarn_client(opts) as client:
+        r = client.report(app_id)
+        _print_report(app_id, r.name, str(r.state), str(r.final_status), r.tracking_url or "",
+                      r.diagnostics or "")
+        if str(r.state) == "RUNNING" and (store := app_store(client, app_id)):
+            print("tasks:")
+            try:
+                lines = live_tasks(store)
+            except StoreGone as exc:
+                lines = [f"(the application ended just now: {exc})"]
+            for line in lines:
+                print(f"  {line}")
+    return 0
+
+
+def live_tasks(store: kvmod.KV) -> list[str]:
+    """Per-task lines while the job runs, in natural order (ps, chief, worker:0, worker:2,
+    worker:10): address, state, exit code and reason once it ended; after a restart, one
+    line per earlier attempt first."""
+    attempt, earlier, states = taskstate.current(store)
+    out = [f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}" for a in earlier]
+    if out:
+        out.append(f"attempt {attempt + 1}: running")
+    indent = "  " if earlier else ""
+    for s in states:
+        detail = "" if s.state is taskstate.State.SUCCEEDED else s.detail()
+        out.append(f"{indent}{str(s.task):<12} {s.addr or '-':<30} {s.state.value}"
+                   + (f" ({detail})" if detail else ""))
+    return out
+
+
+def select_task_logs(text: str, task: str) -> str:
+    """From `yarn logs` output, the sections of the container that ran `task`."""
+    blocks, current = [], []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("Container: ") and current:
+            blocks.append("".join(current))
+            current = []
+        current.append(line)
+    if current:
+        blocks.append("".join(current))
+    marker = f"tfyarn: {task}: "
+    return "".join(b for b in blocks if marker in b)
+
+
+def logs(app_id: str, task: str | None, opts: ClientOptions | None = None,
+         follow: bool = False) -> int:
+    opts = opts or ClientOptions()
+    if task:
+        try:
+            Task.parse(task)
+        except ValueError as exc:
+            raise SpecError(f"--task: {exc}") from None
+    rep = rest_report(app_id, opts)
+    if rep is not None and rep.get("state") in TERMINAL:
+        return _aggregated_logs(app_id, task, opts)
+    with yarn_client(opts) as client:
+        if str(client.report(app_id).state) not in TERMINAL:
+            if follow:
+                return _follow_logs(client, app_id, task)
+            return _live_log_urls(client, app_id, task)
+    return _aggregated_logs(app_id, task, opts)
+
+
+def _follow_logs(client: Yarn, app_id: str, task: str | None) -> int:
+    """`tfyarn logs APP --follow`: the output as it comes (once the application master
+    runs: right after a --detach it may still be queued), until the application ends."""
+    live = None
+    while True:
+        if live is None and (app := client.connect(app_id)) is not None:
+            live = LiveLogs(app, getattr(sys.stdout, "buffer", None), task)
+        if live is not None:
+            with suppress(StoreGone):  # the AM is gone: the report says how it ended
+                live.poll()
+        state = str(client.report(app_id).state)
+        if state in TERMINAL:
+            if live is not None:
+                finish_live_logs(live, app_id)
+            say(f"{app_id} ended: {state}; all of it: tfyarn logs {app_id}")
+            return 0
+        time.sleep(LIVE_LOG_POLL_S)
+
+
+def yarn_logs(app_id: str, conf_dir: str | None = None,
+              timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`yarn logs -applicationId APP` (skein's own reader fails on Hadoop 3.3's
+    bucket-logs-tfile layout): the aggregated logs, as bytes."""
+    if shutil.which("yarn") is None:
+        raise EnvironmentMissing(f"`yarn` is not on PATH: {NO_HADOOP}")
+    env = dict(os.environ)
+    if conf_dir:
+        env["HADOOP_CONF_DIR"] = os.path.abspath(conf_dir)
+    return subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True,
+                          env=env, timeout=timeout)
+
+
+def finish_live_logs(live: LiveLogs, app_id: str) -> None:
+    """After the end: the rest of each followed container's output, from the aggregated
+    logs (the NodeManager forgets an ended application's containers within seconds; YARN
+    aggregates their logs within seconds too). Bounded: says what to run when it gives up."""
+    deadline = time.monotonic() + AGGREGATION_WAIT_S
+    while live.pending():
+        live.finish(yarn_logs(app_id, timeout=AGGREGATION_WAIT_S).stdout)
+        if not live.pending() or time.monotonic() > deadline:
+            break
+        time.sleep(LIVE_LOG_POLL_S)
+    if live.pending():
+        say(f"some output is not aggregated yet; all of it later: tfyarn logs {app_id}")
+
+
+def _live_log_urls(client: Yarn, app_id: str, task: str | None) -> int:
+    app = client.connect(app_id)
+    if app is None:
+        raise TfYarnError(f"{app_id} is not running yet; try again: tfyarn logs {app_id}")
+    try:
+        containers = app.containers()
+    except StoreGone as exc:  # the AM ended between the report and this call
+        raise TfYarnError(f"{app_id} ended just now ({exc}); try again: tfyarn logs "
+                          f"{app_id}") from None
+    print(f"{app_id} is running; container logs:")
+    if task:  # its own container, else (-ppn/-wnpg packing) every container: one has it
+        own = [c for c in containers if c.service_name == appspec.service_name(Task.parse(task))]
+        containers = own or containers
+    for c in containers:
+        print(f"  {c.service_name:<12} {log_url(c)}")
+    return 0
+
+
+def _aggregated_logs(app_id: str, task: str | None, opts: ClientOptions) -> int:
+    r = yarn_logs(app_id, opts.conf_dir)
+    if r.returncode != 0:
+        raise TfYarnError(f"yarn logs failed for {app_id}: "
+                          f"{r.stderr.decode(errors='replace').strip()[-500:]} "
+                          "(is log aggregation enabled, yarn.log-aggregation-enable?)")
+    out = r.stdout.decode(errors="replace")
+    text = select_task_logs(out, task) if task else out
+    if task and not text:
+        raise TfYarnError(f"no container of {app_id} ran {task}; see all: tfyarn logs {app_id}")
+    sys.stdout.write(text)
+    return 0
+
+
+def kill(app_id: str, opts: ClientOptions | None = None) -> int:
+    opts = opts or ClientOptions()
+    rep = rest_report(app_id, opts)
+    if rep is not None and rep.get("state") in TERMINAL:
+        say(f"{app_id} already ended: {rep.get('state')} / {rep.get('finalStatus')}")
+        return 0
+    with yarn_client(opts) as client:
+        r = client.report(app_id)
+        if str(r.state) in TERMINAL:
+            say(f"{app_id} already ended: {r.state} / {r.final_status}")
+            return 0
+        state = stop_application(client, app_id, "killed with tfyarn kill",
+                                 common.Escalation(Interrupts(), KILL_GRACE_S))
+        say(f"{app_id}: {state}")
+    return 0
+
+
+def ls(show_all: bool, opts: ClientOptions | None = None) -> int:
+    opts = opts or ClientOptions()
+    states = rm.ALL_STATES if show_all else rm.ACTIVE_STATES
+    settings = Settings.from_environ()
+    try:
+        rest = rm.RestClient.from_conf_dir(settings.conf_dir(opts.conf_dir), settings.user)
+        rows = [(a["id"], a.get("name", ""), a.get("state", ""), a.get("finalStatus", ""),
+                 a.get("startedTime", 0)) for a in rest.apps(appspec.APP_TAG, states)]
+    except rm.Unavailable:
+        rows = _ls_skein(show_all, opts)
+    rows.sort(key=lambda r: r[4] or 0, reverse=True)
+    print(f"{'APPLICATION':<32} {'NAME':<20} {'STATE':<10} {'FINAL':<10} STARTED")
+    for app_id, name, state, final, started in rows:
+        print(f"{app_id:<32} {str(name)[:20]:<20} {state:<10} {final:<10} {_when(started)}")
+    return 0
+
+
+def _when(millis: Any) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(int(millis) / 1000))
+    except (TypeError, ValueError, OverflowError, OSError):
+        return str(millis)
+
+
+def _ls_skein(show_all: bool, opts: ClientOptions) -> list[tuple]:
+    states = list(rm.ALL_STATES[2:]) if show_all else None
+    with yarn_client(opts) as client:
+        apps = [a for a in client.applications(states)
+                if appspec.APP_TAG in set(a.tags or ())]
+    return [(a.id, a.name, str(a.state), str(a.final_status),
+             int(a.start_time.timestamp() * 1000) if hasattr(a.start_time, "timestamp")
+             else a.start_time) for a in apps]
+

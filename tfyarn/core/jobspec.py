@@ -1,0 +1,249 @@
+"""The job model: frozen dataclasses, validated when built, with a JSON round trip.
+
+The same JSON the client writes is what the driver and every launcher read, so a job
+means exactly one thing everywhere. Stdlib only: the CLI reads flags (cli/elsubmit.py)
+and job files (cli/jobfile.py) into it; the driver, the launchers and the YARN spec
+builder read its JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tfyarn.core import tfconfig, timing
+from tfyarn.core.errors import SpecError
+
+APP_TYPES = ("tensorflow-ps", "tensorflow-worker", "tensorflow-mpi", "standalone", "pytorch")
+REMOTE_SCHEMES = ("hdfs://", "viewfs://")  # -f entries YARN localizes itself
+ALLREDUCE = ("tensorflow-mpi", "pytorch")  # ranks instead of a TF cluster: -ppn applies
+SHARED_GPU = ("tensorflow-ps", "tensorflow-worker")  # -wnpg applies
+MODES = ("local", "virtual-env", "docker")
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$", re.ASCII)
+
+# Documented upper bounds: far above any real job, low enough that a typo (an extra
+# zero, a pasted number) is refused at once instead of exhausting memory or the queue.
+MAX = {
+    "tasks": 1024,  # -wn (and -pn below)
+    "ps": 256,
+    "vcores": 256,
+    "gpus": 64,
+    "memory_mb": 4 * 1024 * 1024,  # 4 TB
+    "wait_minutes": 7 * 24 * 60,  # a week in a queue
+    "timeout_s": 31 * 24 * 3600,  # a month of training
+    "heartbeat_s": 3600,
+    "name_chars": 1024,
+    "per_container": 64,  # -ppn, -wnpg
+    "restarts": 100,  # --max-restarts
+    "linger_minutes": 24 * 60,  # --tensorboard-linger
+}
+RESTART_ON = ("retryable", "any")  # --restart-on
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What one container of a role asks YARN for."""
+
+    memory_mb: int
+    vcores: int
+    gpus: int = 0
+
+    def __post_init__(self) -> None:
+        if self.memory_mb <= 0 or self.vcores <= 0 or self.gpus < 0:
+            raise SpecError(f"invalid resources {self}: memory and vcores must be > 0")
+        if (self.memory_mb > MAX["memory_mb"] or self.vcores > MAX["vcores"]
+                or self.gpus > MAX["gpus"]):
+            raise SpecError(f"invalid resources {self}: over the maxima {MAX}")
+
+
+@dataclass(frozen=True)
+class Role:
+    """A TF task type (ps, chief, worker) with its instance count and per-task resources."""
+
+    name: str
+    instances: int
+    resources: Resources
+
+    def __post_init__(self) -> None:
+        if self.name not in tfconfig.TASK_TYPES:
+            raise SpecError(f"unknown role {self.name!r}; expected one of {tfconfig.TASK_TYPES}")
+        if self.instances < 1:
+            raise SpecError(f"role {self.name} needs at least one instance")
+
+
+@dataclass(frozen=True)
+class Container:
+    """One YARN container (a local launcher process) and the tasks it hosts.
+
+    `-wm/-wc/-wg` size a container, shared by its processes: `-ppn k` puts k ranks in
+    each, `-wnpg k` k workers (sharing its GPU).
+    """
+
+    name: str
+    tasks: tuple[tfconfig.Task, ...]
+    resources: Resources
+
+
+@dataclass(frozen=True)
+class ShippedFile:
+    """One `-f` entry: a local path and where it lands in each task's working dir.
+
+    `dest == ""` means "the directory's contents go straight into the working dir"
+    (what `-f ./` asks for); otherwise the file or directory appears under `dest`.
+    """
+
+    source: str
+    dest: str
+
+    @property
+    def remote(self) -> bool:
+        """On HDFS: YARN localizes it in place; local mode fetches it (WebHDFS)."""
+        return self.source.startswith(REMOTE_SCHEMES)
+
+    @property
+    def is_dir(self) -> bool:
+        return not self.remote and os.path.isdir(self.source)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where the user command runs: `-m local`, `virtual-env` (packed archive) or `docker`."""
+
+    mode: str = "local"
+    arg: str | None = None
+    python: str = "python3"
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise SpecError(f"-m: unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
+        if self.mode != "local" and not self.arg:
+            what = "an image name" if self.mode == "docker" else "a packed env (.tar.gz)"
+            raise SpecError(f"-m {self.mode} needs -m_arg with {what}")
+
+
+@dataclass(frozen=True)
+class YarnOptions:
+    """Knobs that only the YARN backend reads."""
+
+    queue: str | None = None
+    node_label: str | None = None
+    am_memory_mb: int = 1024
+    am_vcores: int = 1
+    tags: tuple[str, ...] = ()
+    max_upload_mb: int | None = 1024  # None: --force, no limit
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A whole job: topology, resources, environment, files and the user command."""
+
+    name: str
+    app_type: str
+    roles: tuple[Role, ...]
+    command: str
+    files: tuple[ShippedFile, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    runtime: Runtime = field(default_factory=Runtime)
+    stop_ps_when_done: bool = False
+    register_timeout_s: float = timing.REGISTER_TIMEOUT_MIN * 60.0
+    timeout_s: float | None = None
+    stop_grace_s: float = timing.STOP_GRACE_S
+    heartbeat_timeout_s: float = timing.HEARTBEAT_TIMEOUT_S
+    tasks_per_container: int = 1  # worker-side tasks per container (-ppn / -wnpg)
+    max_restarts: int = 0  # gang restarts after a task failure (--max-restarts)
+    restart_on: str = "retryable"  # which failures restart: retryable | any (--restart-on)
+    checkpoint_dir: str | None = None  # TFYARN_CHECKPOINT_DIR; None: the backend's default
+    tensorboard_dir: str | None = None  # -log_tensorboard, when -enable_tensorboard True
+    tensorboard_linger_s: float = 0.0  # TensorBoard stays this long after the job ended
+    yarn: YarnOptions = field(default_factory=YarnOptions)
+
+    def __post_init__(self) -> None:
+        if self.app_type not in APP_TYPES:
+            raise SpecError(f"-t: unknown app type {self.app_type!r}")
+        if not self.command.strip():
+            raise SpecError("-c: the command is empty; put the command to run after -c")
+        if not self.roles:
+            raise SpecError("a job needs at least one role")
+        if self.register_timeout_s <= 0:
+            raise SpecError("-wait_time must be greater than 0")
+        if self.timeout_s is not None and self.timeout_s <= 0:
+            raise SpecError("--timeout must be greater than 0 seconds")
+        if self.heartbeat_timeout_s <= timing.HEARTBEAT_S:
+            raise SpecError(f"--heartbeat-timeout must be over {timing.HEARTBEAT_S:g} s")
+        if not 1 <= self.tasks_per_container <= MAX["per_container"]:
+            raise SpecError(f"tasks per container must be 1..{MAX['per_container']}")
+        for key, _ in self.env:
+            if not ENV_KEY.match(key):
+                raise SpecError(f"--env: {key!r} is not a valid variable name")
+        if not 0 <= self.max_restarts <= MAX["restarts"]:
+            raise SpecError(f"--max-restarts must be 0..{MAX['restarts']}")
+        if self.restart_on not in RESTART_ON:
+            raise SpecError(f"--restart-on: use {' or '.join(RESTART_ON)}, not {self.restart_on!r}")
+
+    @property
+    def attempts(self) -> int:
+        """How many gangs the job may run: the first plus --max-restarts."""
+        return self.max_restarts + 1
+
+    def role(self, name: str) -> Role | None:
+        return next((r for r in self.roles if r.name == name), None)
+
+    def tasks(self) -> tuple[tfconfig.Task, ...]:
+        """Every task of the job, ps first, in a stable order."""
+        return tuple(tfconfig.Task(r.name, i) for r in self.roles for i in range(r.instances))
+
+    @property
+    def allreduce(self) -> bool:
+        return self.app_type in ALLREDUCE
+
+    def containers(self) -> tuple[Container, ...]:
+        """The containers, in order: one per ps, then the worker-side tasks (chief first)
+        in groups of `tasks_per_container`. A one-task container is named after its task
+        (`ps-0`, `chief-0`, `worker-1`); a group `workers-0`, `workers-1`, ..."""
+        ps = [t for t in self.tasks() if t.type == "ps"]
+        rest = [t for t in self.tasks() if t.type != "ps"]
+        k = self.tasks_per_container
+        groups = [tuple(rest[i:i + k]) for i in range(0, len(rest), k)]
+        out = [Container(f"ps-{t.index}", (t,), self.role("ps").resources) for t in ps]
+        for i, group in enumerate(groups):
+            name = f"{group[0].type}-{group[0].index}" if k == 1 else f"workers-{i}"
+            out.append(Container(name, group, self.role(group[-1].type).resources))
+        return tuple(out)
+
+    def container_of(self, task: tfconfig.Task) -> Container:
+        return next(c for c in self.containers() if task in c.tasks)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> dict[str, Any]:
+        """`--dry-run`'s view: the job, plus the containers it asks YARN for (derived,
+        ignored when read back)."""
+        containers = [{"name": c.name, "tasks": [str(t) for t in c.tasks],
+                       **asdict(c.resources)} for c in self.containers()]
+        return {**self.to_dict(), "containers": containers}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
+        d = {k: v for k, v in data.items() if k != "containers"}  # derived, see describe()
+        d["roles"] = tuple(
+            Role(r["name"], r["instances"], Resources(**r["resources"])) for r in d["roles"]
+        )
+        d["files"] = tuple(ShippedFile(**f) for f in d.get("files", ()))
+        d["env"] = tuple((k, v) for k, v in d.get("env", ()))
+        d["runtime"] = Runtime(**d.get("runtime", {}))
+        yarn = dict(d.get("yarn", {}))
+        yarn["tags"] = tuple(yarn.get("tags", ()))
+        d["yarn"] = YarnOptions(**yarn)
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobSpec:
+        return cls.from_dict(json.loads(text))

@@ -1,0 +1,327 @@
+"""The job's pure decisions, shared by both backends: outcome, liveness, exit codes, messages.
+
+Owns: how task ends combine into the job's outcome, when a silent launcher counts as
+lost, which exit code each ending gets, and how a failure is worded (stderr excerpt,
+signal names, task table). Must not do I/O or read clocks: callers pass `now`.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from tfyarn.core.errors import SIGNAL_BASE
+from tfyarn.core.tfconfig import Task
+
+if TYPE_CHECKING:
+    from tfyarn.core.jobspec import JobSpec
+
+# ---------------------------------------------------------------- stderr excerpts
+
+LINE_MAX = 300  # characters of one stderr line kept in messages (logs keep everything)
+EXCERPT_FRAMES = 12  # traceback lines kept before the exception line
+EXCERPT_AFTER = 8  # lines kept from the exception line on
+EXCERPT_PLAIN = 20  # without a traceback: the last lines
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def cut_line(text: str) -> str:
+    """One line, bounded: a 10 MB line becomes its start and a count."""
+    text = text.rstrip("\r\n")
+    if len(text) <= LINE_MAX:
+        return text
+    return f"{text[:LINE_MAX]} ... [{len(text) - LINE_MAX} more characters]"
+
+
+def stderr_excerpt(lines: Sequence[str]) -> tuple[str, ...]:
+    """What a failure message shows of a task's stderr: from the last Python traceback
+    when there is one (its last frames and the exception), else the last lines."""
+    lines = [cut_line(x) for x in lines]
+    starts = [i for i, x in enumerate(lines) if x.startswith(TRACEBACK)]
+    if not starts:
+        return tuple(lines[-EXCERPT_PLAIN:])
+    tb = lines[starts[-1]:]
+    exc = next((i for i, x in enumerate(tb[1:], 1) if x and not x[0].isspace()), len(tb))
+    frames = tb[1:exc]
+    skipped = len(frames) - EXCERPT_FRAMES
+    after = tb[exc:exc + EXCERPT_AFTER]
+    more = len(tb) - exc - len(after)
+    return (tb[0], *([f"  ... [{skipped} traceback lines]"] if skipped > 0 else []),
+            *frames[-EXCERPT_FRAMES:], *after, *([f"... [{more} more lines]"] if more > 0 else []))
+
+
+# ---------------------------------------------------------------- task ends
+
+
+def signal_of(code: int | None) -> signal.Signals | None:
+    """The signal that ended a task: negative codes (Popen) or a shell's 128 + N."""
+    if code is None:
+        return None
+    n = -code if code < 0 else code - SIGNAL_BASE if SIGNAL_BASE < code < SIGNAL_BASE + 65 else 0
+    try:
+        return signal.Signals(n) if n else None
+    except ValueError:
+        return None
+
+
+def describe_exit(task: Task | str, rec: Mapping) -> str:
+    """`worker:1 exited with code 3`, `... was killed by SIGKILL`, `... launcher lost (...)`,
+    `... was preempted by YARN (...)`."""
+    code = rec.get("code")
+    if rec.get("rank") is not None:
+        task = f"{task} (rank {rec['rank']})"
+    if rec.get("yarn"):
+        phrase = rec.get("reason") or ""
+        return f"{task} {phrase}" if phrase.startswith("was ") else f"{task}: {phrase}"
+    if rec.get("lost"):
+        return f"{task}: launcher lost ({rec.get('reason')})"
+    if rec.get("stopped"):
+        return f"{task} was stopped ({rec.get('reason')})"
+    sig = signal_of(code)
+    if sig is not None:
+        how = "" if code is not None and code < 0 else f" (exit code {code})"
+        return f"{task} was killed by {sig.name}{how}"
+    return f"{task} exited with code {code}"
+
+
+def merge_records(exits: Mapping[Task, dict], lost: Mapping[Task, dict],
+                  ends: Mapping[Task, dict]) -> dict[Task, dict]:
+    """One record per task. A launcher's exit record wins over a lost record; YARN's word
+    on a container it ended (`ends`) wins over both, unless the task's own exit code was
+    reported: a launcher that reports "stopped by SIGTERM" was stopped by that very kill."""
+    out = {**lost, **exits}
+    for task, rec in ends.items():
+        if task not in exits or needs_yarn_word(exits[task]):
+            out[task] = {**rec, "time": out.get(task, rec).get("time", rec.get("time", 0))}
+    return out
+
+
+def needs_yarn_word(rec: Mapping | None) -> bool:
+    """A failure the launcher cannot explain (stopped from outside, lost, killed by a
+    signal): on YARN the container's end says what happened (a memory kill, permanent,
+    is a SIGTERM then SIGKILL to the container; a preemption is retryable)."""
+    if rec is None or rec.get("yarn"):
+        return False
+    return bool(rec.get("stopped") or rec.get("lost")) or signal_of(rec.get("code")) is not None
+
+
+def _failed(rec: Mapping) -> bool:
+    return rec.get("code") != 0 or bool(rec.get("stopped")) or bool(rec.get("lost"))
+
+
+# ---------------------------------------------------------------- failure causes
+
+RETRYABLE = "retryable"  # not the code's fault: a signal, preemption, a lost node or launcher
+PERMANENT = "permanent"  # would fail again: exit codes 1-127, a memory kill, tfyarn errors
+
+# What YARN says, through skein's container exit message, about a container it ended
+# (exit statuses -100 lost/aborted, -101 disks, -102 preempted, -103/-104 memory):
+# words to find (lower case), the cause, and how the task's end is told. A memory kill on
+# Hadoop 3.3.6 reaches skein as just "717.0 MB of 256 MB physical memory used".
+YARN_ENDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
+    (("physical memory used", "virtual memory used", "exceeding memory",
+      "beyond physical memory", "beyond virtual memory", "exceeded memory", "memory limit"),
+     PERMANENT, "memory"),
+    (("preempt",), RETRYABLE, "was preempted by YARN"),
+    (("lost* node", "lost node", "node lost"), RETRYABLE, "was lost with its node"),
+    (("decommission",), RETRYABLE, "was lost with its node (decommissioned)"),
+    (("disk",), RETRYABLE, "was lost to a disk failure on its node"),
+    (("failed during execution",), RETRYABLE,
+     "was killed: its container's process died before reporting (kill -9, OOM killer)"),
+)
+
+
+def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float) -> dict:
+    """The record of a task whose container YARN ended before its launcher reported,
+    from skein's exit message: a memory kill says which flag to raise."""
+    low = message.lower()
+    cause, phrase = RETRYABLE, f"was lost: its container ended ({message.strip()})"
+    for words, kind, how in YARN_ENDS:
+        if any(w in low for w in words):
+            cause, phrase = kind, how
+            break
+    if phrase == "memory":
+        phrase = (f"container killed for exceeding its memory: raise {memory_flag} "
+                  f"(now {memory_mb} MB)")
+    return {"code": None, "lost": True, "yarn": message.strip(), "cause": cause,
+            "reason": f"{phrase} [YARN: {cut_line(message.strip())}]", "time": wall_time}
+
+
+def cause_of(rec: Mapping) -> str:
+    """Retryable or permanent, as Kubeflow's ExitCode policy splits them: killed by a
+    signal, lost, stopped from outside, or exit codes 128-255 are retryable; exit codes
+    1-127 (the code's own failure) are permanent; YARN's word wins when there is one."""
+    if rec.get("cause"):
+        return str(rec["cause"])
+    code = rec.get("code")
+    if rec.get("lost") or rec.get("stopped") or code is None:
+        return RETRYABLE
+    return RETRYABLE if code < 0 or SIGNAL_BASE <= code <= 255 else PERMANENT
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a job (or one attempt of it) ended and why; `task`/`code`/`tail` name the task
+    that decided it, `cause` whether that failure may be retried (None: no task failure
+    decided it), `attempts` the earlier attempts' outcomes (restarts)."""
+
+    state: str
+    message: str
+    task: str | None = None
+    code: int | None = None
+    tail: tuple[str, ...] = ()
+    tasks: Mapping[str, dict] = field(default_factory=dict)
+    cause: str | None = None
+    attempt: int = 0
+    attempts: tuple[dict, ...] = ()
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    def describe(self, job: str, state: str | None = None) -> list[str]:
+        """`JOB STATE: message`, then the deciding task's stderr excerpt."""
+        lines = [f"{job} {state or self.state}: {self.message}"]
+        if self.tail:
+            lines.append(f"last stderr lines of {self.task}:")
+            lines += [f"  {line}" for line in self.tail]
+        return lines
+
+    @classmethod
+    def from_json(cls, text: str) -> Outcome:
+        d = json.loads(text)
+        d["tail"] = tuple(d.get("tail", ()))
+        d["attempts"] = tuple(d.get("attempts", ()))
+        return cls(**d)
+
+
+def decide(spec: JobSpec, records: Mapping[Task, Mapping]) -> Outcome | None:
+    """The job's outcome given the task ends seen so far, or None while it must go on.
+
+    `records` holds exit records and lost-launcher records. The earliest task that
+    failed (non-zero, killed, lost, or stopped by someone other than the driver) fails
+    the job; tensorflow-ps with `-x True` succeeds once the chief exits 0 before any
+    failure; otherwise every task must have been seen to exit 0: a task whose exit was
+    never observed never counts as a success.
+    """
+    failed = [(r.get("time", 0), str(t), t) for t, r in records.items() if _failed(r)]
+    chief = records.get(Task("chief", 0))
+    chief_ok = chief is not None and not _failed(chief)
+    x_true = spec.app_type == "tensorflow-ps" and spec.stop_ps_when_done
+    if x_true and chief_ok and (not failed or chief.get("time", 0) <= min(failed)[0]):
+        return Outcome("SUCCEEDED", "chief:0 finished; the other tasks were stopped (-x True)")
+    if failed:
+        _, _, task = min(failed)
+        rec = records[task]
+        return Outcome("FAILED", describe_exit(task, rec), str(task), rec.get("code"),
+                       tuple(rec.get("tail", ())), cause=cause_of(rec))
+    n = len(spec.tasks())
+    if len(records) == n:
+        return Outcome("SUCCEEDED", f"all {plural(n, 'task')} exited with code 0")
+    return None
+
+
+# ---------------------------------------------------------------- restarts
+
+
+def restart_after(spec: JobSpec, outcome: Outcome, attempt: int) -> bool:
+    """Whether the gang of `attempt` (0-based), ended by `outcome`, is followed by a new
+    one: a task failure (never a kill, --timeout or -wait_time), attempts left, and a
+    cause --restart-on accepts."""
+    return (outcome.state == "FAILED" and outcome.cause is not None
+            and attempt < spec.max_restarts
+            and (spec.restart_on == "any" or outcome.cause == RETRYABLE))
+
+
+def restart_words(spec: JobSpec, attempt: int, why: str) -> str:
+    """`attempt 2/3: restarting after worker:1 was preempted by YARN`; `attempt` is the
+    new gang's 0-based number (TFYARN_ATTEMPT), `why` how the previous one ended."""
+    return f"attempt {attempt + 1}/{spec.attempts}: restarting after {why}"
+
+
+def final_message(spec: JobSpec, outcome: Outcome, earlier: Sequence[Mapping]) -> str:
+    """The last attempt's message, naming every earlier attempt's failure, and why a
+    failure was not retried when restarts were allowed."""
+    msg = outcome.message
+    if outcome.state == "FAILED" and outcome.cause == PERMANENT and spec.max_restarts \
+            and spec.restart_on != "any" and outcome.attempt < spec.max_restarts:
+        msg += (" (not restarted: exit codes 1-127 and memory kills are permanent; "
+                "--restart-on any retries them)")
+    if earlier:
+        before = "; ".join(f"attempt {a['attempt'] + 1}: {a['message']}" for a in earlier)
+        msg += f" [attempt {outcome.attempt + 1}/{spec.attempts}; earlier: {before}]"
+    return msg
+
+
+# ---------------------------------------------------------------- liveness
+
+
+@dataclass
+class Liveness:
+    """When each registered task's heartbeat last changed, on the driver's own clock
+    (so clocks of other hosts never matter); a task silent past the timeout is lost."""
+
+    timeout_s: float
+    seen: dict[Task, tuple[str | None, float]] = field(default_factory=dict)
+
+    def observe(self, task: Task, beat: str | None, now: float) -> None:
+        last = self.seen.get(task)
+        if last is None or last[0] != beat:
+            self.seen[task] = (beat, now)
+
+    def silent(self, now: float, ended: Iterable[Task]) -> dict[Task, float]:
+        """Tasks without an exit record whose heartbeat is older than the timeout."""
+        done = set(ended)
+        return {t: now - at for t, (_, at) in self.seen.items()
+                if t not in done and now - at > self.timeout_s}
+
+
+def lost_record(silent_s: float, wall_time: float) -> dict:
+    why = (f"no heartbeat for {silent_s:.0f} s: its container or process died, froze or lost "
+           "the network")
+    return {"code": None, "lost": True, "reason": why, "time": wall_time}
+
+
+# ---------------------------------------------------------------- wording
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def elapsed_words(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def attempt_tables(outcome: Outcome) -> list[str]:
+    """The task table; after restarts, one per attempt, each headed by how it ended."""
+    if not outcome.attempts:
+        return format_tasks(outcome.tasks)
+    lines = []
+    for a in outcome.attempts:
+        lines.append(f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}")
+        lines += [f"  {line}" for line in format_tasks(a.get("tasks", {}))]
+    lines.append(f"attempt {outcome.attempt + 1}: {outcome.state}")
+    return lines + [f"  {line}" for line in format_tasks(outcome.tasks)]
+
+
+def format_tasks(tasks: Mapping[str, Mapping]) -> list[str]:
+    """One line per task: name, host, exit code and why it ended."""
+    lines = []
+    for name, t in tasks.items():
+        code = "-" if t.get("code") is None else str(t.get("code"))
+        if t.get("lost"):
+            note = f"lost: {t.get('reason')}"
+        elif t.get("stopped"):
+            note = f"stopped: {t.get('reason')}"
+        else:
+            note = t.get("reason") or ""
+        lines.append(f"{name:<12} {t.get('host') or '-':<30} exit {code:<5} {note}".rstrip())
+    return lines

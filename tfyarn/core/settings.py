@@ -1,0 +1,106 @@
+"""The process environment, read once into one object and passed down from there."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every environment variable tfyarn reads, in one place."""
+
+    job_id: str | None = None
+    advertise_host: str | None = None
+    hadoop_conf_dir: str | None = None
+    hadoop_home: str | None = None
+    java_home: str | None = None
+    path: str = ""
+    tmpdir: str | None = None
+    keep_job_dir: bool = False
+    conf_file: str | None = None
+    home: str = "~"
+    user: str = "tfyarn"  # the Hadoop user name (hadoop_user): HDFS paths, REST calls
+    gpu_count: int | None = None  # local mode: GPUs to assume (TFYARN_GPU_COUNT), else count
+    cache: str | None = None  # TFYARN_CACHE: a site's cache dir (may be cluster-wide)
+    xdg_cache: str | None = None  # XDG_CACHE_HOME
+    container_dir: str | None = None  # in a YARN container: its app's first LOCAL_DIRS entry
+
+    def cache_dirs(self) -> list[str]:
+        """tfyarn's cache dirs, first usable wins: $TFYARN_CACHE; in a YARN container its
+        application's local dir (the NodeManager's, writable, cleaned with the app; never
+        the container's HOME, which may be a shared or unwritable /home/); else
+        ~/.cache/tfyarn ($XDG_CACHE_HOME); last a per-user temp dir."""
+        own = (os.path.join(self.container_dir, "tfyarn-cache") if self.container_dir else
+               os.path.join(self.xdg_cache or os.path.join(os.path.expanduser(self.home),
+                                                           ".cache"), "tfyarn"))
+        spare = os.path.join(tempfile.gettempdir(), f"tfyarn-cache-{os.getuid()}")
+        return [d for d in (self.cache, own, spare) if d]
+
+    def log_path(self, name: str) -> str:
+        """A file for a log of tfyarn's own (skein's driver): under the first writable
+        cache dir's `logs/`; /dev/null where none is."""
+        for base in self.cache_dirs():
+            folder = os.path.join(base, "logs")
+            try:
+                os.makedirs(folder, exist_ok=True)
+            except OSError:
+                continue
+            if os.access(folder, os.W_OK):
+                return os.path.join(folder, name)
+        return os.devnull
+
+    def conf_files(self) -> tuple[str, ...]:
+        """Where site defaults (conf/tfyarn.yaml) are looked for, first found wins."""
+        user = os.path.join(self.home, ".config", "tfyarn", "tfyarn.yaml")
+        return tuple(p for p in (self.conf_file, user, "/etc/tfyarn/tfyarn.yaml") if p)
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        return cls(
+            job_id=e.get("TFYARN_JOB_ID") or e.get("SKEIN_APPLICATION_ID"),
+            advertise_host=e.get("TFYARN_ADVERTISE_HOST") or e.get("NM_HOST"),
+            hadoop_conf_dir=e.get("HADOOP_CONF_DIR"),
+            hadoop_home=e.get("HADOOP_HOME"),
+            java_home=e.get("JAVA_HOME"),
+            path=e.get("PATH", ""),
+            tmpdir=e.get("TMPDIR"),
+            keep_job_dir=e.get("TFYARN_KEEP_JOB_DIR", "") not in ("", "0"),
+            conf_file=e.get("TFYARN_CONF"),
+            home=e.get("HOME", "~"),
+            user=hadoop_user(e),
+            gpu_count=int(e["TFYARN_GPU_COUNT"]) if e.get("TFYARN_GPU_COUNT", "").isdigit()
+            else None,
+            cache=e.get("TFYARN_CACHE") or None,
+            xdg_cache=e.get("XDG_CACHE_HOME") or None,
+            container_dir=(e["LOCAL_DIRS"].split(",")[0] if e.get("CONTAINER_ID")
+                           and e.get("LOCAL_DIRS") else None),
+        )
+
+    def conf_dir(self, given: str | None = None) -> str | None:
+        """The Hadoop client configuration: -conf, else HADOOP_CONF_DIR, else the
+        distribution's own etc/hadoop."""
+        if given:
+            return os.path.abspath(given)
+        if self.hadoop_conf_dir:
+            return self.hadoop_conf_dir
+        return os.path.join(self.hadoop_home, "etc", "hadoop") if self.hadoop_home else None
+
+
+def hadoop_user(env: Mapping[str, str]) -> str:
+    """The user Hadoop's client acts as with simple auth: HADOOP_USER_NAME, else the login
+    name of this process's uid (never a `USER` that cron, Oozie or systemd left unset or
+    stale). In a YARN container, the application's user, which the NodeManager sets as
+    USER (the uid may be the NodeManager's own). USER/LOGNAME also for a uid with no name."""
+    if env.get("HADOOP_USER_NAME"):
+        return env["HADOOP_USER_NAME"]
+    if env.get("CONTAINER_ID") and env.get("USER"):
+        return env["USER"]
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return env.get("USER") or env.get("LOGNAME") or str(os.getuid())

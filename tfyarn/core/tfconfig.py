@@ -1,0 +1,186 @@
+"""Topology (which TF task types a job has) and cluster spec -> TF_CONFIG. Stdlib only."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import NamedTuple
+
+TASK_TYPES = ("ps", "chief", "worker")
+
+
+class Task(NamedTuple):
+    """One TF task, e.g. `worker:1`. The index is always explicit, never derived."""
+
+    type: str
+    index: int
+
+    def __str__(self) -> str:
+        return f"{self.type}:{self.index}"
+
+    @classmethod
+    def parse(cls, text: str) -> Task:
+        kind, sep, idx = text.partition(":")
+        if not sep or kind not in TASK_TYPES or not idx.isdigit():
+            raise ValueError(f"{text!r} is not a task name like worker:1")
+        return cls(kind, int(idx))
+
+
+def topology(app_type: str, ps_num: int, worker_num: int) -> tuple[tuple[str, int], ...]:
+    """Role counts for an app type.
+
+    tensorflow-ps: ps x pn, worker 0 becomes `chief`, the rest `worker` 0..wn-2 (what
+    EMR does: `-pn 1 -wn 1` shows `/job:chief`). tensorflow-worker: `worker` x wn for
+    MultiWorkerMirroredStrategy. standalone: one `worker`.
+    """
+    if app_type == "tensorflow-ps":
+        return (("ps", ps_num), ("chief", 1), ("worker", worker_num - 1))
+    if app_type in ("tensorflow-worker", "tensorflow-mpi", "pytorch"):
+        return (("worker", worker_num),)
+    if app_type == "standalone":
+        return (("worker", 1),)
+    raise ValueError(f"no topology for app type {app_type!r}")
+
+
+def cluster_spec(addresses: Mapping[Task, str]) -> dict[str, list[str]]:
+    """{type: [host:port by index]}; refuses gaps so TF never waits on a missing peer."""
+    cluster: dict[str, list[str]] = {}
+    for kind in TASK_TYPES:
+        idx = sorted(t.index for t in addresses if t.type == kind)
+        if idx and idx != list(range(len(idx))):
+            raise ValueError(f"{kind} task indices {idx} are not 0..{len(idx) - 1}")
+        if idx:
+            cluster[kind] = [addresses[Task(kind, i)] for i in idx]
+    return cluster
+
+
+def tf_config(cluster: Mapping[str, list[str]], task: Task) -> str:
+    """The TF_CONFIG JSON string for one task."""
+    if task.type not in cluster or task.index >= len(cluster[task.type]):
+        raise ValueError(f"task {task} is not in the cluster {dict(cluster)}")
+    return json.dumps({"cluster": dict(cluster), "task": {"type": task.type, "index": task.index}})
+
+
+def identity_env(task: Task, job_id: str, num_tasks: int) -> dict[str, str]:
+    """What every task's process learns about itself, whatever the app type."""
+    return {"TFYARN_TASK_TYPE": task.type, "TFYARN_TASK_INDEX": str(task.index),
+            "TFYARN_JOB_ID": job_id, "TFYARN_NUM_TASKS": str(num_tasks)}
+
+
+def checkpoint_dir(given: str | None, job_id: str, user: str) -> str:
+    """--checkpoint-dir, else (on YARN: the local client always gives one) a dir per
+    application under the user's HDFS home, which every container can reach."""
+    return given or f"hdfs:///user/{user}/.tfyarn/checkpoints/{job_id}"
+
+
+def run_env(attempt: int, checkpoints: str, tensorboard: str | None) -> dict[str, str]:
+    """Where this run of the task stands: which gang (0 first, restarts count up), where
+    to save and resume from, and where TensorBoard reads summaries (when it runs)."""
+    env = {"TFYARN_ATTEMPT": str(attempt), "TFYARN_CHECKPOINT_DIR": checkpoints}
+    if tensorboard:
+        env["TFYARN_TENSORBOARD_DIR"] = tensorboard
+    return env
+
+
+def tf_env(cluster: Mapping[str, list[str]], task: Task, job_id: str) -> dict[str, str]:
+    """A TF task's place in the job: TF_CONFIG and its identity."""
+    num = sum(len(v) for v in cluster.values())
+    return {"TF_CONFIG": tf_config(cluster, task), **identity_env(task, job_id, num)}
+
+
+# -------------------------------------------------------- allreduce (tensorflow-mpi, pytorch)
+
+HOROVOD_GLOO_TIMEOUT_S = 600  # Horovod's default is 30 s; containers start minutes apart
+
+
+class Rank(NamedTuple):
+    """A process's place in an allreduce job, as Horovod and torch.distributed count it."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    host: str
+
+
+def allreduce_ranks(addresses: Mapping[Task, str]) -> dict[Task, Rank]:
+    """Ranks grouped by host: hosts in the order of their lowest task index, tasks in index
+    order within a host (so on one host, rank == task index). `cross` is Horovod's: the
+    ranks of equal local rank across hosts."""
+    by_host: dict[str, list[Task]] = {}
+    for task in sorted(addresses, key=lambda t: t.index):
+        by_host.setdefault(addresses[task].rsplit(":", 1)[0], []).append(task)
+    order = [t for tasks in by_host.values() for t in tasks]
+    ranks = {}
+    for host, tasks in by_host.items():
+        for local, task in enumerate(tasks):
+            peers = [h for h, ts in by_host.items() if len(ts) > local]
+            ranks[task] = Rank(order.index(task), len(order), local, len(tasks),
+                               peers.index(host), len(peers), host)
+    return ranks
+
+
+def allreduce_env(rank: Rank, master: str, rendezvous: str | None) -> dict[str, str]:
+    """torch.distributed's env:// variables (MASTER_* = rank 0's reserved port), and with a
+    rendezvous server Horovod's gloo variables too."""
+    master_host, master_port = master.rsplit(":", 1)
+    env = {"RANK": str(rank.rank), "WORLD_SIZE": str(rank.size),
+           "LOCAL_RANK": str(rank.local_rank), "LOCAL_WORLD_SIZE": str(rank.local_size),
+           "GROUP_RANK": str(rank.cross_rank), "MASTER_ADDR": master_host,
+           "MASTER_PORT": master_port}
+    if rendezvous:
+        host, port = rendezvous.rsplit(":", 1)
+        env.update(
+            HOROVOD_CONTROLLER="gloo", HOROVOD_CPU_OPERATIONS="gloo",
+            HOROVOD_GLOO_RENDEZVOUS_ADDR=host, HOROVOD_GLOO_RENDEZVOUS_PORT=port,
+            HOROVOD_GLOO_TIMEOUT_SECONDS=str(HOROVOD_GLOO_TIMEOUT_S), HOROVOD_HOSTNAME=rank.host,
+            HOROVOD_RANK=str(rank.rank), HOROVOD_SIZE=str(rank.size),
+            HOROVOD_LOCAL_RANK=str(rank.local_rank), HOROVOD_LOCAL_SIZE=str(rank.local_size),
+            HOROVOD_CROSS_RANK=str(rank.cross_rank), HOROVOD_CROSS_SIZE=str(rank.cross_size))
+        if rank.host in ("127.0.0.1", "localhost"):  # local mode: gloo's peers are on lo
+            env["HOROVOD_GLOO_IFACE"] = "lo"
+    return env
+
+
+def thread_env(vcores: int, k: int, env: Mapping[str, str]) -> dict[str, str]:
+    """OMP_NUM_THREADS for one of k ranks sharing a container's vcores (as torchrun does:
+    otherwise every rank spins a thread per core and they oversubscribe the CPUs); a
+    value the user set wins."""
+    if "OMP_NUM_THREADS" in env:
+        return {}
+    return {"OMP_NUM_THREADS": str(max(1, vcores // k))}
+
+
+# ---------------------------------------------------------------- GPU placement
+
+
+def container_devices(gpus: int, env: Mapping[str, str]) -> list[str]:
+    """The GPU ids a YARN container may use: what its runtime made visible
+    (CUDA_VISIBLE_DEVICES, or NVIDIA_VISIBLE_DEVICES under docker), else 0..gpus-1 (YARN's
+    cgroups isolation hides the rest). No GPUs asked: none."""
+    if gpus <= 0:
+        return []
+    for key in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
+        ids = [d.strip() for d in env.get(key, "").split(",") if d.strip()]
+        if ids and ids[0] not in ("all", "none", "void"):
+            return ids[:gpus]
+    return [str(i) for i in range(gpus)]
+
+
+def device_env(devices: list[str], k: int, j: int, shared: bool) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES for process j of the k in a container holding `devices`.
+
+    No devices: none visible (ps and -wg 0 run on CPU, never grab a card). `shared`
+    (-wnpg) or fewer devices than processes: all share all, with allow-growth so no one
+    takes the whole card. Otherwise (-ppn) each gets its own slice, one per local rank.
+    """
+    if not devices:
+        return {"CUDA_VISIBLE_DEVICES": ""}
+    if k == 1:
+        return {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
+    if shared or len(devices) < k:
+        return {"CUDA_VISIBLE_DEVICES": ",".join(devices), "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    per = len(devices) // k
+    return {"CUDA_VISIBLE_DEVICES": ",".join(devices[j * per:(j + 1) * per])}

@@ -1,0 +1,68 @@
+"""Every interval and timeout tfyarn uses, in one place, each with why it has its value.
+
+Job-level knobs a user can set (-wait_time, --timeout, --heartbeat-timeout) have their
+defaults here; the JobSpec carries the chosen values to every process.
+"""
+
+from __future__ import annotations
+
+# --- defaults of job options
+STOP_GRACE_S = 3.0  # SIGTERM -> SIGKILL for a task's processes (MWMS workers ignore SIGTERM)
+HEARTBEAT_TIMEOUT_S = 30.0  # a launcher silent this long is "lost": dead, frozen or cut off
+REGISTER_TIMEOUT_MIN = 10  # el_submit's -wait_time default
+
+# --- launcher
+HEARTBEAT_S = 2.0  # launcher -> store; well under HEARTBEAT_TIMEOUT_S so one slow put is fine
+WAKE_S = 0.5  # a launcher/client loop re-checks its parent and flags at least this often
+CLUSTER_WAIT_SLACK_S = 60.0  # launcher waits -wait_time plus this for the cluster spec
+STOP_POLL_S = 0.5  # directory store: how often a running launcher looks for the stop key
+# (well inside the 3 s stop grace; skein blocks on an event instead)
+STOP_WAIT_S = 5.0  # one blocking wait for the stop key (skein events), then wait again
+
+# --- job page
+PAGE_REFRESH_S = 3.0  # the page reloads itself this often while the job runs
+
+# --- TensorBoard (side task)
+TENSORBOARD_START_S = 180.0  # until it must answer HTTP 200 (importing TF on a busy node)
+TENSORBOARD_POLL_S = 0.5  # how often its URL is tried meanwhile
+TENSORBOARD_DONE_SLACK_S = 30.0  # YARN: the driver waits linger plus this for it to end
+
+# --- stores
+DIR_POLL_S = 0.02  # local directory store: polling is its only way to wait (no inotify);
+# short, because start-up latency (register -> cluster spec -> TF_CONFIG) is two such waits
+SKEIN_POLL_S = 0.25  # skein store: the driver's scan interval (one gRPC call each)
+RUNNING_POLL_S = 0.1  # driver scans once training runs: exits need no 20 ms reaction, and
+# scanning every task's keys 50 times a second is what idle local jobs would burn CPU on
+
+# --- driver
+STOP_REPORT_S = 5.0  # after the stop grace, how long to wait for launchers to report
+CONTAINER_POLL_S = 1.0  # YARN: how often the driver asks skein which containers ended
+CONTAINER_END_WAIT_S = 12.0  # YARN: how long a failure the launcher could not explain
+# (stopped by a signal, lost) waits for YARN's word on its container (preempted, memory):
+# the AM hears of an ended container within its allocate heartbeat (up to 5 s) plus the
+# NodeManager's (1 s); the word decides whether the failure is retried
+VERDICT_EXIT_S = 20.0  # the driver process ends this long after its verdict at the latest
+ACK_WAIT_S = 5.0  # how long the AM stays for a watching client to read the final status
+
+# --- clients
+YARN_POLL_S = 1.0  # el_submit's application report interval (each is an RM call)
+LOCAL_DRIVER_SLACK_S = 30.0  # local client: driver must end within --timeout plus this
+STOP_ASK_WAIT_S = 30.0  # both clients: after asking the driver for an orderly stop (Ctrl-C,
+# `tfyarn kill`), beyond the job's stop grace, before forcing it (killing every process /
+# the application): the driver's own stop takes the grace plus STOP_REPORT_S, and on YARN
+# the ApplicationMaster then unregisters and the RM's report catches up (seconds)
+FOLLOW_S = 0.1  # local client: how often task log files are read for the terminal
+RESTART_EXIT_WAIT_S = 2.0  # local restart: an old launcher has reported (the driver waited
+# for it), so it is exiting; past this it is killed with its group
+REST_TIMEOUT_S = 10.0  # one ResourceManager REST call
+AGGREGATION_WAIT_S = 90.0  # -interact / logs --follow: for the rest of the output in `yarn logs`
+LIVE_LOG_POLL_S = 2.0  # -interact / logs --follow: each poll asks every container's
+# NodeManager for its log's new tail (one HTTP call per container)
+
+# --- client progress lines
+PROGRESS_S = 2.0  # a long copy/pack/upload/unpack says how far it is this often
+PROGRESS_MIN_BYTES = 64 * 2**20  # smaller steps take well under a second: stay quiet
+
+# --- process containment
+KILL_ROUNDS = 50  # sweeps for processes still alive after SIGKILL (forks racing the sweep)
+KILL_ROUND_S = 0.02

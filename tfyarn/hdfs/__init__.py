@@ -1,0 +1,2 @@
+"""Hadoop configuration and HDFS: the hdfs:// plugin for TensorFlow (native source, build,
+the sitecustomize hook), WebHDFS, the HDFS cache, the data check."""

@@ -1,0 +1,99 @@
+"""hdfs:// and viewfs:// for TensorFlow >= 2.18: build, cache and register tfyarn's plugin.
+
+TF dropped HDFS, and tensorflow-io loads only up to TF 2.17; tfyarn's plugin
+(native/hdfs_plugin.cc, TF's stable modular-filesystem C API) fills the gap. Owns: where
+the built plugin lives (a cache keyed by TF version), building it with the compiler flags
+of the installed TF, and registering it in a process that imported TF. Every task gets it
+without a change to user code: the launcher puts `hook/` (a sitecustomize) first on
+PYTHONPATH, which registers the plugin the moment the task imports tensorflow.
+Must not import tensorflow at module level: the CLI and the launcher import this.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from tfyarn.core.errors import EnvironmentMissing
+from tfyarn.core.settings import Settings
+
+SOURCE = Path(__file__).parent / "native" / "hdfs_plugin.cc"
+HOOK_DIR = str(Path(__file__).parent / "hook")
+PLUGIN_ENV = "TFYARN_HDFS_PLUGIN"  # "auto" (build or find in the cache), a path, or "off"
+SCHEMES = ("hdfs", "viewfs")
+
+
+def cache_roots() -> list[Path]:
+    """Where built plugins are kept, first usable wins (Settings.cache_dirs says why)."""
+    return [Path(d) / "hdfs-plugin" for d in Settings.from_environ().cache_dirs()]
+
+
+def plugin_file(tf_version: str, root: Path) -> Path:
+    """Where the plugin for this TF version is (one build serves every task on a host)."""
+    return root / f"tf-{tf_version}" / "libtfyarn_hdfs.so"
+
+
+def build(tf: Any) -> Path:
+    """The plugin for the imported `tf`, built with its own compile and link flags if it
+    is not cached yet (written to a temp name, then renamed: concurrent tasks are safe)."""
+    for root in cache_roots():
+        target = plugin_file(tf.__version__, root)
+        if target.exists():
+            return target
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            break
+        except OSError:
+            continue
+    cxx = os.environ.get("CXX", "g++")
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    os.close(fd)
+    cmd = [cxx, "-shared", "-fPIC", "-O2", *tf.sysconfig.get_compile_flags(), str(SOURCE),
+           "-o", tmp, *tf.sysconfig.get_link_flags(), "-ldl"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True)
+    except FileNotFoundError:
+        os.unlink(tmp)
+        raise EnvironmentMissing(f"building tfyarn's hdfs:// plugin needs a C++ compiler "
+                                 f"({cxx} not found; set CXX or apt-get install g++)") from None
+    if r.returncode != 0:
+        os.unlink(tmp)
+        raise EnvironmentMissing(f"building tfyarn's hdfs:// plugin failed:\n{r.stderr[-2000:]}")
+    os.replace(tmp, target)
+    return target
+
+
+def register(tf: Any, setting: str = "auto") -> str | None:
+    """Make `tf` read hdfs:// and viewfs:// unless it already can (TF <= 2.5, or
+    tensorflow-io loaded). Returns the plugin registered, or None."""
+    if setting == "off" or "hdfs" in tf.io.gfile.get_registered_schemes():
+        return None
+    path = setting if setting != "auto" else str(build(tf))
+    tf.experimental.register_filesystem_plugin(path)
+    return path
+
+
+def plugin_env(env: dict[str, str]) -> dict[str, str]:
+    """What the launcher adds to a task's env so that `import tensorflow` registers the
+    plugin (PYTHONPATH first entry: the hook; the plugin setting, "auto" by default)."""
+    if env.get(PLUGIN_ENV) == "off":
+        return {}
+    path = env.get("PYTHONPATH")
+    return {"PYTHONPATH": HOOK_DIR + (os.pathsep + path if path else ""),
+            PLUGIN_ENV: env.get(PLUGIN_ENV) or "auto"}
+
+
+def main() -> int:
+    """`tfyarn build-hdfs-plugin`: build (or find) the plugin for this env's TF."""
+    import tensorflow as tf
+
+    print(build(tf))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

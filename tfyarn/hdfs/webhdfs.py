@@ -1,0 +1,78 @@
+"""HDFS from the client without a JVM: WebHDFS, through the `hdfs` package.
+
+Owns finding the NameNode's HTTP address for an hdfs:// URI (its host, with
+dfs.namenode.http-address's port from HADOOP_CONF_DIR, 9870 by default), making a
+client, and turning the `hdfs` package's and requests' failures into HdfsUnavailable
+(`failing_as`). Used where the client reads HDFS (check-data, local mode's `-f hdfs://`,
+the HDFS cache); tasks read HDFS through libhdfs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any
+
+from tfyarn.core.errors import EnvironmentMissing
+from tfyarn.hdfs.siteconf import read_site
+
+HTTP_PORT = 9870  # Hadoop 3's NameNode web port
+
+
+class HdfsUnavailable(EnvironmentMissing):
+    """A WebHDFS call failed (NameNode down or unreachable, permissions, no such path)."""
+
+
+@contextlib.contextmanager
+def failing_as(what: str, fix: str = "") -> Iterator[None]:
+    """Inside: a WebHDFS failure is one HdfsUnavailable saying `what` failed and `fix`."""
+    from hdfs.util import HdfsError
+    from requests import RequestException
+
+    try:
+        yield
+    except (HdfsError, RequestException, OSError) as exc:
+        raise HdfsUnavailable(f"{what}: {exc}" + (f"; {fix}" if fix else "")) from None
+
+
+def http_address(uri: str, conf_dir: str | None) -> str:
+    parsed = urllib.parse.urlparse(uri)
+    hdfs_site = read_site(os.path.join(conf_dir, "hdfs-site.xml")) if conf_dir else {}
+    core = read_site(os.path.join(conf_dir, "core-site.xml")) if conf_dir else {}
+    host = parsed.hostname or urllib.parse.urlparse(core.get("fs.defaultFS", "")).hostname
+    if not host:
+        raise EnvironmentMissing(f"{uri} names no NameNode and HADOOP_CONF_DIR has no "
+                                 "fs.defaultFS; give hdfs://HOST:PORT/... or set -conf")
+    configured = hdfs_site.get("dfs.namenode.http-address", "")
+    port = configured.rsplit(":", 1)[1] if ":" in configured else str(HTTP_PORT)
+    return f"http://{host}:{port}"
+
+
+def hdfs_path(uri: str) -> str:
+    return urllib.parse.urlparse(uri).path or "/"
+
+
+def client_for(uri: str, conf_dir: str | None, user: str) -> Any:
+    from hdfs import InsecureClient
+
+    return InsecureClient(http_address(uri, conf_dir), user=user)
+
+
+def download(uri: str, target: str, conf_dir: str | None, user: str) -> None:
+    """Copy a file or a directory tree from HDFS to `target`."""
+    with failing_as(f"cannot fetch {uri} over WebHDFS", "check HADOOP_CONF_DIR and that the "
+                    "NameNode's HTTP port is reachable, or copy it here and ship the local copy"):
+        _copy(client_for(uri, conf_dir, user), hdfs_path(uri), target)
+
+
+def _copy(client: Any, path: str, target: str) -> None:
+    if client.status(path)["type"] == "DIRECTORY":
+        os.makedirs(target, exist_ok=True)
+        for name in client.list(path):
+            _copy(client, f"{path.rstrip('/')}/{name}", os.path.join(target, name))
+        return
+    with client.read(path) as src, open(target, "wb") as dst:
+        for chunk in iter(lambda: src.read(1 << 20), b""):
+            dst.write(chunk)

@@ -1,0 +1,254 @@
+"""tfyarn's one link to skein (and, through it, gRPC and YARN's Java client).
+
+The only module that imports skein or grpc, and the one place where their exceptions
+become tfyarn's: every other module handles `StoreGone` (a running application cannot
+be reached: its ApplicationMaster ended, or the network) or a `TfYarnError` that says
+what to run next.
+
+- `App`: a running application, from inside one of its containers (`App.current()`) or
+  from the gateway (`Yarn.connect`): its key-value store, its containers, its web UI and
+  its final status.
+- `Yarn`: the gateway's YARN client (skein's Java driver): submit, report, connect, kill,
+  list.
+- gRPC's fork handlers: off in every process that holds a skein channel and starts
+  children (they aborted children on YARN); user processes get the user's setting back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+from tfyarn.core.errors import EnvironmentMissing, SpecError, StoreGone, TfYarnError
+
+T = TypeVar("T")
+GRPC_FORK_VAR = "GRPC_ENABLE_FORK_SUPPORT"
+_users_grpc_fork: str | None = None  # its value before we turned it off, for user processes
+
+
+class YarnUnreachable(TfYarnError):
+    """A call to YARN (the ResourceManager, through skein's driver) failed."""
+
+
+def _failures() -> tuple[type[BaseException], ...]:
+    """What a skein call raises when the other side is gone: skein's family, gRPC's, and
+    the OS's (a reset connection)."""
+    import grpc
+    import skein
+
+    return (skein.exceptions.SkeinError, grpc.RpcError, OSError)
+
+
+def without_grpc_fork_support() -> None:
+    """gRPC's fork handlers off in this process, set before grpc loads: we start children
+    with a live skein channel, and those handlers (restarting gRPC's threads in the child)
+    aborted children and corrupted the parent's TLS stream on YARN."""
+    global _users_grpc_fork
+    if "grpc" not in sys.modules and os.environ.get(GRPC_FORK_VAR) != "false":
+        _users_grpc_fork = os.environ.get(GRPC_FORK_VAR, "")
+        os.environ[GRPC_FORK_VAR] = "false"
+
+
+def users_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` with GRPC_ENABLE_FORK_SUPPORT as the user had it (a user's own gRPC code
+    gets its own default, not tfyarn's setting)."""
+    if _users_grpc_fork is None:
+        return env
+    env = {k: v for k, v in env.items() if k != GRPC_FORK_VAR}
+    return {**env, GRPC_FORK_VAR: _users_grpc_fork} if _users_grpc_fork else env
+
+
+# ---------------------------------------------------------------- a running application
+
+
+class App:
+    """A running application, through skein's ApplicationClient (`raw`); every failed
+    call raises StoreGone."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    @classmethod
+    def current(cls) -> App:
+        """The application this process runs in (a YARN container of it)."""
+        without_grpc_fork_support()
+        import skein
+
+        return cls(_gone_on_failure(skein.ApplicationClient.from_current))
+
+    def kv_put(self, key: str, value: bytes) -> None:
+        _gone_on_failure(self.raw.kv.__setitem__, key, value)
+
+    def kv_get(self, key: str) -> bytes | None:
+        return _gone_on_failure(self.raw.kv.get, key)
+
+    def kv_prefix(self, prefix: str) -> dict[str, bytes]:
+        return dict(_gone_on_failure(self.raw.kv.get_prefix, prefix))
+
+    def kv_wait(self, key: str, timeout: float | None,
+                current: Callable[[], bytes | None]) -> bytes | None:
+        """`current()` once subscribed to puts of `key` (so a put between the two is never
+        missed), else the next put's value, else None after `timeout`."""
+        import queue
+
+        with _gone_on_failure(lambda: self.raw.kv.events(key=key, event_type="put")) as events:
+            value = current()
+            if value is not None:
+                return value
+            try:
+                event = _gone_on_failure(events.get, True, timeout)
+            except queue.Empty:
+                return None
+        return event.result.value
+
+    def containers(self, states: list[str] | None = None,
+                   services: list[str] | None = None) -> list[Any]:
+        """skein's container records (id, service_name, instance, state, exit_message,
+        yarn_container_logs, ...)."""
+        kw = {k: v for k, v in (("states", states), ("services", services)) if v is not None}
+        return list(_gone_on_failure(self.raw.get_containers, **kw))
+
+    def add_container(self, service: str, env: dict[str, str]) -> str:
+        """Start one more container of `service`; its skein id."""
+        return _gone_on_failure(self.raw.add_container, service, env=env).id
+
+    def kill_container(self, container_id: str) -> None:
+        """Kill a container; one that ended meanwhile is fine."""
+        with contextlib.suppress(KeyError, ValueError):  # skein: no such running container
+            _gone_on_failure(self.raw.kill_container, container_id)
+
+    def add_page(self, route: str, target: str, link_name: str) -> str:
+        """Register a page with skein's web UI (linked from the tracking URL); its
+        proxied address."""
+        return _gone_on_failure(self.raw.ui.add_page, route, target, link_name=link_name).address
+
+    def shutdown(self, state: str, diagnostics: str) -> None:
+        """End the application with this final status and diagnostics."""
+        _gone_on_failure(self.raw.shutdown, state, diagnostics)
+
+
+def _gone_on_failure(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+    try:
+        return fn(*args, **kw)
+    except _failures() as exc:
+        raise StoreGone(f"the application cannot be reached: {exc}") from None
+
+
+# ---------------------------------------------------------------- the gateway's client
+
+NO_HADOOP = ("no Hadoop client here: skein needs the `yarn` command on PATH ($HADOOP_HOME/bin) "
+             "and HADOOP_CONF_DIR (or -conf) pointing at the cluster; or run with --local")
+
+
+def application_spec(spec: dict) -> Any:
+    """skein's ApplicationSpec of a plain dict (its own validation included)."""
+    import skein
+
+    return skein.ApplicationSpec.from_dict(spec)
+
+
+class Yarn:
+    """skein's YARN client (a Java driver process); use as a context manager."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    @classmethod
+    def start(cls, principal: str | None, keytab: str | None, log: str) -> Yarn:
+        """Start skein's driver, logging to `log`; what is missing is one line."""
+        import skein
+
+        # skein.Client.__del__ raises on a client whose start failed: keep that noise
+        # quiet while the half-built client is freed, and say what is wrong instead.
+        hook, message = sys.unraisablehook, None
+        sys.unraisablehook = lambda _info: None
+        try:
+            try:
+                return cls(skein.Client(principal=principal, keytab=keytab, log=log,
+                                        log_level="INFO"))
+            except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
+                message = _start_failure(exc)
+        finally:
+            sys.unraisablehook = hook
+        raise EnvironmentMissing(f"{message} (skein's driver log: {log})")
+
+    def __enter__(self) -> Yarn:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.raw.close()
+
+    def submit(self, app_spec: Any, gpus: int) -> str:
+        """Submit; a cluster that refuses the request says so in one line (GPUs asked of
+        a cluster without yarn.io/gpu: which flag to change)."""
+        try:
+            return self.raw.submit(app_spec)
+        except ValueError as exc:
+            if gpus and "gpu" in str(exc).lower():
+                raise SpecError(f"-wg {gpus}: this cluster has no GPU resource (yarn.io/gpu) "
+                                f"configured ({exc}); use -wg 0, or a cluster/queue with GPU "
+                                "scheduling enabled") from None
+            raise SpecError(f"YARN refused the application: {exc}") from None
+        except _failures() as exc:
+            raise YarnUnreachable(f"submission failed: {exc}; check the cluster with: yarn "
+                                  "node -list") from None
+
+    def report(self, app_id: str) -> Any:
+        """skein's application report (state, final_status, diagnostics, tracking_url)."""
+        try:
+            return self.raw.application_report(app_id)
+        except ValueError as exc:
+            raise TfYarnError(f"no application {app_id}: {exc} (list them: tfyarn ls --all)")\
+                from None
+        except _failures() as exc:
+            raise YarnUnreachable(f"cannot reach YARN for {app_id}: {exc}; try again: "
+                                  f"tfyarn status {app_id}") from None
+
+    def connect(self, app_id: str) -> App | None:
+        """The running application, or None when it does not run (yet, or any more)."""
+        try:
+            return App(self.raw.connect(app_id, wait=False))
+        except (*_failures(), ValueError, KeyError):  # not running: the report says more
+            return None
+
+    def kill(self, app_id: str) -> None:
+        try:
+            self.raw.kill_application(app_id)
+        except _failures() as exc:
+            raise YarnUnreachable(f"could not kill {app_id}: {exc}; try: yarn application "
+                                  f"-kill {app_id}") from None
+
+    def applications(self, states: list[str] | None) -> list[Any]:
+        try:
+            return list(self.raw.get_applications(states=states))
+        except _failures() as exc:
+            raise YarnUnreachable(f"cannot list applications: {exc}; check the cluster with: "
+                                  "yarn node -list") from None
+
+
+def _start_failure(exc: BaseException) -> str:
+    if isinstance(exc, FileNotFoundError):
+        return f"{NO_HADOOP} (missing: {exc.filename or exc})"
+    if isinstance(exc, subprocess.CalledProcessError):
+        return (f"`{' '.join(exc.cmd)}` failed with exit code {exc.returncode}: the Hadoop client "
+                "is not working here; check HADOOP_HOME, JAVA_HOME and HADOOP_CONF_DIR (-conf)")
+    return f"cannot start skein's YARN client: {exc}; check HADOOP_CONF_DIR (-conf) and Kerberos"
+
+
+@contextlib.contextmanager
+def keeping_log(log: str) -> Iterator[None]:
+    """A failed YARN call names skein's driver log (kept); otherwise it is removed."""
+    keep = False
+    try:
+        yield
+    except YarnUnreachable as exc:
+        keep = True
+        raise YarnUnreachable(f"{exc} (skein's driver log: {log})") from None
+    finally:
+        if not keep and log != os.devnull:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(log)

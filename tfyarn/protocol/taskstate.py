@@ -1,0 +1,136 @@
+"""The one reader of the store's task keys: what each task of an attempt is doing.
+
+The driver decides from it, the job page and `tfyarn status --tasks` show it, and the
+watching client prints log links from it, so they can never disagree. Keys (under the
+attempt's prefix, see `kv`): `task/<t>/addr` (registered), `/started` (the user process
+runs), `/beat` (heartbeat counter), `/exit` (its exit record), `/lost` (its launcher died
+or went silent: written by the driver or the local client). The job-wide `tasks` key
+lists every task of the job, so a task that never registered is shown as waiting.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+from tfyarn.core.tfconfig import TASK_TYPES, Task
+from tfyarn.protocol import kv as kvmod
+
+
+class State(Enum):
+    """A task's state, as the page's and the status table's words."""
+
+    WAITING = "waiting"  # no address yet: its container or process is not up
+    REGISTERED = "registered"  # its address is published; its user process not started
+    RUNNING = "running"
+    SUCCEEDED = "exited 0"
+    FAILED = "failed"  # exited non-zero or killed by a signal
+    STOPPED = "stopped"  # stopped by the driver (another task ended the job)
+    LOST = "lost"  # its launcher died or went silent before reporting
+
+    @property
+    def ended(self) -> bool:
+        return self in (State.SUCCEEDED, State.FAILED, State.STOPPED, State.LOST)
+
+
+def natural(task: Task) -> tuple[int, int]:
+    """ps, chief, worker:0, worker:2, worker:10: by type, then by number."""
+    rank = TASK_TYPES.index(task.type) if task.type in TASK_TYPES else len(TASK_TYPES)
+    return rank, task.index
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """One task: its state, address, and the record that ended it (exit or lost)."""
+
+    task: Task
+    state: State
+    addr: str | None = None
+    record: Mapping | None = None
+
+    @property
+    def code(self) -> int | None:
+        return None if self.record is None else self.record.get("code")
+
+    def detail(self) -> str:
+        """`exit 3: reason`, `exit -: its launcher process died ...`; empty while it runs."""
+        if self.record is None:
+            return ""
+        code = "-" if self.code is None else str(self.code)
+        reason = self.record.get("reason") or ""
+        return f"exit {code}" + (f": {reason}" if reason else "")
+
+
+@dataclass
+class Snapshot:
+    """Everything the launchers (and whoever saw one die) published, by task."""
+
+    addrs: dict[Task, str] = field(default_factory=dict)
+    started: set[Task] = field(default_factory=set)
+    beats: dict[Task, str] = field(default_factory=dict)
+    exits: dict[Task, dict] = field(default_factory=dict)
+    lost: dict[Task, dict] = field(default_factory=dict)
+
+    def state_of(self, task: Task) -> TaskState:
+        addr = self.addrs.get(task)
+        rec = self.exits.get(task) or self.lost.get(task)
+        if rec is None:
+            state = (State.RUNNING if task in self.started else
+                     State.REGISTERED if addr else State.WAITING)
+            return TaskState(task, state, addr)
+        return TaskState(task, _ended(rec), addr, rec)
+
+    def states(self, tasks: Iterable[Task] | None = None) -> list[TaskState]:
+        """The given tasks (default: every task seen), in natural order."""
+        seen = tasks if tasks is not None else {*self.addrs, *self.started, *self.exits,
+                                                *self.lost}
+        return [self.state_of(t) for t in sorted(set(seen), key=natural)]
+
+
+def _ended(rec: Mapping) -> State:
+    if rec.get("lost"):
+        return State.LOST
+    if rec.get("stopped"):
+        return State.STOPPED
+    return State.SUCCEEDED if rec.get("code") == 0 else State.FAILED
+
+
+def read(store: kvmod.KV) -> Snapshot:
+    """One scan of an attempt's (scoped) store into a Snapshot."""
+    snap = Snapshot()
+    for key, value in store.scan("task/").items():
+        parts = key.split("/")
+        if len(parts) != 3:
+            continue
+        try:
+            task = Task.parse(parts[1])
+        except ValueError:
+            continue  # not a task key of ours
+        what = parts[2]
+        if what == "addr":
+            snap.addrs[task] = value
+        elif what == "started":
+            snap.started.add(task)
+        elif what == "beat":
+            snap.beats[task] = value
+        elif what == "exit":
+            snap.exits[task] = json.loads(value)
+        elif what == "lost":
+            snap.lost[task] = json.loads(value)
+    return snap
+
+
+def job_tasks(store: kvmod.KV) -> list[Task] | None:
+    """Every task of the job, as the driver published it (None before it did)."""
+    raw = store.get(kvmod.TASKS)
+    return None if raw is None else [Task.parse(t) for t in json.loads(raw)]
+
+
+def current(store: kvmod.KV) -> tuple[int, list[dict], list[TaskState]]:
+    """The attempt now running, how the earlier ones ended, and its tasks' states (every
+    task of the job once the driver published them)."""
+    attempt, earlier = kvmod.attempts(store)
+    snap = read(kvmod.Scoped(store, attempt))
+    return attempt, earlier, snap.states(job_tasks(store))

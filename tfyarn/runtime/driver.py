@@ -1,0 +1,430 @@
+"""The job's referee, one per job (`python -m tfyarn.runtime.driver`).
+
+Owns the job's course: wait for every task to register (deadline: -wait_time), publish
+the cluster spec, follow exits and heartbeats, stop everything once the outcome is
+known, restart the whole gang when the restart policy says so (a new attempt: new
+launchers, new addresses, keys under the attempt's own prefix), and publish the final
+status. On YARN it runs as skein's `master.script` in the
+ApplicationMaster, so a job ends right even when the client that submitted it is gone;
+locally it notices a dead client and ends the job. The rules themselves are pure
+(`tfyarn.core.policy`); this module only gathers what they need and carries them out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tfyarn.core.errors import StoreGone, exit_code
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.policy import (
+    Liveness,
+    Outcome,
+    attempt_tables,
+    cause_of,
+    decide,
+    describe_exit,
+    final_message,
+    lost_record,
+    merge_records,
+    needs_yarn_word,
+    plural,
+    restart_after,
+    restart_words,
+)
+from tfyarn.core.say import say
+from tfyarn.core.settings import Settings
+from tfyarn.core.tfconfig import Task, allreduce_ranks, cluster_spec
+from tfyarn.core.timing import (
+    ACK_WAIT_S,
+    CONTAINER_END_WAIT_S,
+    CONTAINER_POLL_S,
+    RUNNING_POLL_S,
+    STOP_REPORT_S,
+    TENSORBOARD_DONE_SLACK_S,
+    VERDICT_EXIT_S,
+)
+from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol import taskstate
+from tfyarn.protocol.rendezvous import RendezvousServer
+from tfyarn.protocol.skeinlink import App
+from tfyarn.protocol.taskstate import Snapshot
+from tfyarn.runtime import gang as gangmod
+from tfyarn.runtime.jobpage import JobPage, View, read_view
+
+
+@dataclass
+class JobClock:
+    """What outlives one attempt: the job's start (for --timeout), the client process
+    that started the driver, and a signal the driver received."""
+
+    start: float = field(default_factory=time.monotonic)
+    parent: int = field(default_factory=os.getppid)
+    interrupted: str | None = None
+
+
+@dataclass
+class Referee:
+    """One attempt's loop state: deadlines, liveness, whether the cluster spec is out.
+    `store` is the attempt's scoped view, `job_store` the job-wide one (kill, phase)."""
+
+    spec: JobSpec
+    store: kvmod.KV
+    job_store: kvmod.KV
+    gang: gangmod.Gang
+    attempt: int = 0
+    job: JobClock = field(default_factory=JobClock)
+    start: float = field(default_factory=time.monotonic)
+    published: bool = False
+    chief_done_said: bool = False
+    liveness: Liveness = field(init=False)
+    last_records: dict[Task, dict] = field(default_factory=dict)
+    advertise_host: str = "127.0.0.1"
+    rendezvous: RendezvousServer | None = None
+    said_lost: set[Task] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.liveness = Liveness(self.spec.heartbeat_timeout_s)
+
+    def external_stop(self) -> Outcome | None:
+        if os.getppid() != self.job.parent:  # before a signal: a dying client sends SIGTERM too
+            self.job.interrupted = "the driver's parent process (the local client) died"
+        reason = self.job.interrupted or self.job_store.get(kvmod.KILL)
+        return None if reason is None else Outcome("KILLED", f"killed: {reason}")
+
+    def deadline_passed(self, addrs: Mapping[Task, str]) -> Outcome | None:
+        now = time.monotonic()
+        if self.spec.timeout_s is not None and now - self.job.start > self.spec.timeout_s:
+            return Outcome("FAILED", f"the job ran past --timeout {self.spec.timeout_s:g} s")
+        if not self.published and now - self.start > self.spec.register_timeout_s:
+            missing = [str(t) for t in self.spec.tasks() if t not in addrs]
+            minutes = self.spec.register_timeout_s / 60
+            return Outcome("FAILED", f"tasks never registered within -wait_time {minutes:g} min: "
+                           f"{', '.join(missing)} (not enough free resources, or they failed to "
+                           "start: see their logs)")
+        return None
+
+    def ends(self) -> dict[Task, dict]:
+        """What the cluster says ended this attempt's containers."""
+        return self.gang.ends(self.attempt)
+
+    def records(self, snap: Snapshot) -> dict[Task, dict]:
+        """Exit records, plus a lost record for every launcher that died or went silent
+        before reporting, and the cluster's word on containers it ended."""
+        now = time.monotonic()
+        for task in snap.addrs:
+            self.liveness.observe(task, snap.beats.get(task), now)
+        silent = self.liveness.silent(now, snap.exits)
+        lost = {t: lost_record(s, time.time()) for t, s in silent.items()}
+        records = merge_records(snap.exits, {**lost, **snap.lost}, self.ends())
+        self.publish_lost(snap, records)
+        return records
+
+    def publish_lost(self, snap: Snapshot, records: Mapping[Task, dict]) -> None:
+        """A task found lost (silent, or its container ended by YARN) is written to the
+        store once, with why, so `tfyarn status --tasks` and the page show it too."""
+        for task, rec in records.items():
+            if rec.get("lost") and task not in snap.exits and task not in snap.lost \
+                    and task not in self.said_lost:
+                self.said_lost.add(task)
+                self.store.put(kvmod.lost_key(task), json.dumps(rec))
+
+    def publish_if_ready(self, addrs: Mapping[Task, str]) -> None:
+        if self.published or len(addrs) < len(self.spec.tasks()):
+            return
+        cluster = cluster_spec(addrs)
+        if self.spec.allreduce:
+            self.publish_ranks(addrs)
+        self.store.put(kvmod.CLUSTER, json.dumps(cluster))
+        self.job_store.put(kvmod.PHASE, "running")
+        self.published = True
+        say(f"all {plural(len(addrs), 'task')} registered; cluster spec published: "
+            f"{json.dumps(cluster)}", "driver")
+
+    def publish_ranks(self, addrs: Mapping[Task, str]) -> None:
+        """Allreduce jobs: ranks grouped by host, torch's master (rank 0's reserved port)
+        and, for Horovod (tensorflow-mpi), a fresh gloo rendezvous server."""
+        ranks = allreduce_ranks(addrs)
+        master = next(addrs[t] for t, r in ranks.items() if r.rank == 0)
+        if self.spec.app_type == "tensorflow-mpi":
+            self.rendezvous = RendezvousServer(self.advertise_host).start()
+            say(f"Horovod gloo rendezvous at {self.rendezvous.address}", "driver")
+        table = {"ranks": {str(t): r._asdict() for t, r in ranks.items()}, "master": master,
+                 "rendezvous": self.rendezvous.address if self.rendezvous else None}
+        self.store.put(kvmod.RANKS, json.dumps(table))
+
+    def note_chief_done(self, records: Mapping[Task, Mapping]) -> None:
+        """-x False: say once that the chief is done and the job now waits for the rest."""
+        chief = records.get(Task("chief", 0))
+        if self.chief_done_said or chief is None or chief.get("code") != 0:
+            return
+        self.chief_done_said = True
+        msg = ("chief:0 finished; -x False: the job now waits for every ps and worker to exit "
+               "by itself (ps never do unless your code stops them; use -x True or --timeout)")
+        say(msg, "driver")
+        self.job_store.put(kvmod.PHASE, msg)
+
+    def lost(self) -> dict[Task, dict]:
+        """Tasks counted as lost so far (silent, or dead before reporting)."""
+        return {t: r for t, r in self.last_records.items() if r.get("lost")}
+
+    def gone(self) -> dict[Task, dict]:
+        """Tasks whose launcher cannot report any more: lost, or its container ended."""
+        return {**self.lost(), **self.ends()}
+
+    def step(self) -> Outcome | None:
+        snap = taskstate.read(self.store)
+        records = self.last_records = self.records(snap)
+        outcome = (self.external_stop() or decide(self.spec, records)
+                   or self.deadline_passed(snap.addrs))
+        if outcome is None:
+            self.publish_if_ready(snap.addrs)
+            self.note_chief_done(records)
+        return outcome
+
+    def settle(self, outcome: Outcome) -> Outcome:
+        """A failure its launcher could not explain (stopped by a signal, lost) waits,
+        bounded, for the cluster's word on the container: a memory kill is permanent, a
+        preemption retryable, and the message says which."""
+        task = Task.parse(outcome.task) if outcome.task else None
+        if task is None or not self.gang.tells_ends or \
+                not needs_yarn_word(self.last_records.get(task)):
+            return outcome
+        deadline = time.monotonic() + CONTAINER_END_WAIT_S
+        while task not in self.gang.finished(self.attempt) and time.monotonic() < deadline:
+            time.sleep(CONTAINER_POLL_S)
+        rec = self.ends().get(task)
+        if rec is None:  # its container ended normally (or YARN said nothing in time)
+            return outcome
+        return replace(outcome, message=describe_exit(task, rec), code=None, tail=(),
+                       cause=cause_of(rec))
+
+
+def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome,
+                    gone: Callable[[], Mapping[Task, dict]]) -> Snapshot:
+    """Tell every launcher of the attempt to stop and wait (bounded) until the registered
+    ones that can still answer reported (a lost launcher, or one whose container ended,
+    cannot: it is not waited for). Returns what they published."""
+    store.put(kvmod.STOP, outcome.message)
+    deadline = time.monotonic() + spec.stop_grace_s + STOP_REPORT_S
+    while True:
+        snap = taskstate.read(store)
+        ended = gone()
+        pending = [t for t in snap.addrs if t not in snap.exits and t not in ended
+                   and t not in snap.lost]
+        if not pending or time.monotonic() > deadline:
+            break
+        time.sleep(store.poll_s)
+    for task in pending:
+        say(f"{task} did not report after the stop request; its container/process is killed",
+            "driver")
+    return snap
+
+
+def task_table(spec: JobSpec, snap: Snapshot, lost: Mapping[Task, dict],
+               ends: Mapping[Task, dict]) -> dict[str, dict]:
+    """How each task of the attempt ended, for the final status and diagnostics."""
+    records = merge_records(snap.exits, {**lost, **snap.lost}, ends)
+    return {str(t): {"host": snap.addrs.get(t, "").rsplit(":", 1)[0], **_brief(records.get(t))}
+            for t in spec.tasks()}
+
+
+def _brief(rec: Mapping | None) -> dict:
+    if rec is None:
+        return {"code": None, "stopped": False, "reason": "never reported"}
+    return {"code": rec.get("code"), "stopped": bool(rec.get("stopped")),
+            "lost": bool(rec.get("lost")), "reason": rec.get("reason")}
+
+
+def run_attempt(spec: JobSpec, store: kvmod.KV, gang: gangmod.Gang, attempt: int,
+                job: JobClock, advertise_host: str) -> tuple[Outcome, dict[str, dict]]:
+    """One gang, from registration to every task stopped: its outcome and task table."""
+    scoped = kvmod.Scoped(store, attempt)
+    referee = Referee(spec, scoped, store, gang, attempt, job, advertise_host=advertise_host)
+    store.put(kvmod.PHASE, "registering")
+    say(f"attempt {attempt + 1}/{spec.attempts}: waiting for "
+        f"{plural(len(spec.tasks()), 'task')} to register "
+        f"(-wait_time {spec.register_timeout_s / 60:g} min)", "driver")
+    while (outcome := referee.step()) is None:
+        time.sleep(max(store.poll_s, RUNNING_POLL_S) if referee.published else store.poll_s)
+    say(f"{outcome.state}: {outcome.message}", "driver")
+    store.put(kvmod.PHASE, "stopping")
+    snap = stop_everything(spec, scoped, outcome, referee.gone)
+    if referee.rendezvous is not None:
+        referee.rendezvous.stop()
+    outcome = replace(referee.settle(outcome), attempt=attempt)
+    return outcome, task_table(spec, snap, referee.lost(), referee.ends())
+
+
+def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
+        gang: gangmod.Gang | None = None) -> Outcome:
+    """Drive the job to its end, restarting the whole gang after a failure the restart
+    policy accepts, and publish the final status."""
+    gang = gang or gangmod.Gang(store)
+    job = JobClock()
+    if threading.current_thread() is threading.main_thread():
+        _trap_signals(job)
+    earlier: list[dict] = []
+    attempt = 0
+    store.put(kvmod.TASKS, json.dumps([str(t) for t in spec.tasks()]))
+    while True:
+        gang.start(attempt, earlier)
+        outcome, tasks = run_attempt(spec, store, gang, attempt, job, advertise_host)
+        if not restart_after(spec, outcome, attempt):
+            break
+        words = restart_words(spec, attempt + 1, outcome.message)
+        say(words, "driver")
+        earlier.append({"attempt": attempt, "state": outcome.state, "message": outcome.message,
+                        "task": outcome.task, "cause": outcome.cause, "tasks": tasks})
+        store.put(kvmod.PHASE, words)
+        _clear(gang, attempt)
+        attempt += 1
+    final = replace(outcome, message=final_message(spec, outcome, earlier), tasks=tasks,
+                    attempts=tuple(earlier))
+    store.put(kvmod.STATUS, final.to_json())
+    if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
+        store.wait(kvmod.ACK, timeout=ACK_WAIT_S)
+    return final
+
+
+def _clear(gang: gangmod.Gang, attempt: int) -> None:
+    try:
+        gang.clear(attempt)
+    except StoreGone as exc:  # the next gang still starts; YARN ends leftovers with the app
+        say(f"could not kill attempt {attempt + 1}'s leftover containers: {exc!r}", "driver")
+
+
+def _trap_signals(job: JobClock) -> None:
+    def handler(signum: int, _frame: object) -> None:
+        job.interrupted = f"the driver received {signal.Signals(signum).name}"
+
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
+def linger_for_tensorboard(spec: JobSpec, store: kvmod.KV) -> None:
+    """YARN, --tensorboard-linger: the application (so the TensorBoard container) stays up
+    until the side task says it is done: after the linger, or sooner when killed."""
+    if not spec.tensorboard_dir or not spec.tensorboard_linger_s \
+            or store.get(kvmod.TENSORBOARD) is None:
+        return
+    say(f"keeping the application for TensorBoard ({spec.tensorboard_linger_s / 60:g} min)",
+        "driver")
+    with contextlib.suppress(StoreGone):
+        store.wait(kvmod.TENSORBOARD_DONE,
+                   timeout=spec.tensorboard_linger_s + TENSORBOARD_DONE_SLACK_S)
+
+
+def finish_yarn(store: kvmod.SkeinKV, outcome: Outcome) -> None:
+    """On YARN, hand the final status and a diagnostics text naming the task to the AM."""
+    diagnostics = outcome.message
+    if outcome.tail:
+        diagnostics += f"\nlast stderr lines of {outcome.task}:\n" + "\n".join(outcome.tail)
+    diagnostics += "\ntasks:\n" + "\n".join(attempt_tables(outcome))
+    try:
+        store.app.shutdown(outcome.state, diagnostics)
+    except StoreGone as exc:  # the master script's exit code still carries the status
+        say(f"could not set the final status through skein: {exc!r}", "driver")
+
+
+def yarn_log_links(app: App, spec: JobSpec) -> Callable[[Task], str | None]:
+    """Each task's container log URL on its NodeManager (the newest container of its
+    service: after a restart, the current attempt's)."""
+    states = ["WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED"]
+    newest: dict[str, Any] = {}
+    for c in app.containers(states=states):
+        if c.service_name not in newest or c.instance > newest[c.service_name].instance:
+            newest[c.service_name] = c
+    def link(task: Task) -> str | None:
+        c = newest.get(spec.container_of(task).name)
+        url = c.yarn_container_logs if c is not None else None
+        return url if not url or "://" in url else f"http://{url}"
+    return link
+
+
+def serve_page(spec: JobSpec, store: kvmod.KV, settings: Settings, host: str,
+               logs_dir: str | None) -> JobPage | None:
+    """Start the job page and publish its URL (on YARN: registered with skein's web UI);
+    a page that cannot start never stops the job."""
+    started, job_id = time.monotonic(), settings.job_id or "unknown"
+    app = store.app if isinstance(store, kvmod.SkeinKV) else None
+
+    def view() -> View:
+        links = yarn_log_links(app, spec) if app is not None else \
+            (lambda t: f"logs/{spec.container_of(t).name}")
+        return read_view(spec, store, job_id, started, links)
+
+    def log_file(name: str) -> str | None:
+        ok = logs_dir and name in {c.name for c in spec.containers()}
+        return os.path.join(logs_dir, f"{name}.log") if ok else None
+
+    page = JobPage(view, log_file)
+    try:
+        url = page.start(host)
+        if app is not None:
+            url = app.add_page("tfyarn", url, link_name="tfyarn job")
+        store.put(kvmod.PAGE, url)
+        return page
+    except (StoreGone, OSError) as exc:  # skein's web UI or a port: the job runs without it
+        say(f"the job page could not start: {exc!r}", "driver")
+        page.stop()
+        return None
+
+
+def exit_within(seconds: float, code: int) -> None:
+    """Once the driver has its verdict, the process (on YARN the master script, whose exit
+    ends the ApplicationMaster with that status) ends within `seconds`, whatever a side
+    task, a page handler or a gRPC stream is doing: an app once stayed RUNNING for 10
+    minutes after its driver had logged FAILED."""
+
+    def force() -> None:
+        say(f"still shutting down after {seconds:g} s: exiting with the verdict", "driver")
+        sys.stderr.flush()
+        os._exit(code)
+
+    timer = threading.Timer(seconds, force)
+    timer.daemon = True
+    timer.start()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tfyarn.runtime.driver")
+    p.add_argument("--job", required=True, help="path of the job JSON")
+    p.add_argument("--kv", required=True, help="dir:/path or skein:")
+    p.add_argument("--logs", help="local mode: the dir of the job's log files (the page "
+                   "serves them)")
+    ns = p.parse_args(argv)
+    with open(ns.job, encoding="utf-8") as f:
+        spec = JobSpec.from_json(f.read())
+    store = kvmod.open_kv(ns.kv)
+    settings = Settings.from_environ()
+    host = settings.advertise_host or socket.getfqdn()
+    page = serve_page(spec, store, settings, host, ns.logs)
+    outcome = run(spec, store, host, gangmod.for_store(store, spec))
+    lingering = isinstance(store, kvmod.SkeinKV) and bool(spec.tensorboard_dir) \
+        and spec.tensorboard_linger_s
+    exit_within(VERDICT_EXIT_S + (spec.tensorboard_linger_s + TENSORBOARD_DONE_SLACK_S
+                                  if lingering else 0), exit_code(outcome.state))
+    if isinstance(store, kvmod.SkeinKV):
+        linger_for_tensorboard(spec, store)
+        finish_yarn(store, outcome)
+    if page is not None:
+        page.stop()
+    return exit_code(outcome.state)
+
+
+if __name__ == "__main__":
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # no interpreter shutdown: nothing left (a thread, gRPC) may hold us

@@ -1,0 +1,177 @@
+"""The job page: one small self-refreshing HTML page the driver serves (stdlib only).
+
+On YARN it is registered with skein's web UI, so the application's tracking URL links it
+(proxied through the ResourceManager); locally it is served on 127.0.0.1 and el_submit
+prints its URL. Every request reads the job's store afresh, so the page always says what
+the store says: job name, app type, state and elapsed time, each task's address, state,
+exit code or reason, attempt and log link, the failing task's stderr tail, earlier
+attempts, and TensorBoard's link. Links are relative, so the proxy path keeps working.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import http.server
+import json
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tfyarn.core.errors import StoreGone
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.policy import Outcome, elapsed_words
+from tfyarn.core.tfconfig import Task
+from tfyarn.core.timing import PAGE_REFRESH_S
+from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol import taskstate
+
+STYLE = """body{font-family:sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
+th{background:#f3f3f3}.SUCCEEDED,.exited-0{color:#176117}.FAILED,.failed,.lost{color:#a11}
+.running{color:#1559b0}pre{background:#f6f6f6;padding:.6em;overflow-x:auto}"""
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    task: str
+    addr: str
+    state: str  # a taskstate.State's words
+    detail: str  # exit code and reason
+    log: str | None  # link to the task's log
+
+
+@dataclass(frozen=True)
+class View:
+    """What the page shows, read from the store (pure data: render() turns it into HTML)."""
+
+    name: str
+    app_type: str
+    job_id: str
+    state: str
+    elapsed: str
+    attempt: int
+    attempts: int
+    rows: tuple[TaskRow, ...]
+    message: str = ""
+    failing: str | None = None
+    tail: tuple[str, ...] = ()
+    earlier: tuple[str, ...] = ()
+    tensorboard: str | None = None
+    refresh: bool = True
+
+
+def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
+              logs: Callable[[Task], str | None]) -> View:
+    """The page's data from the store: the current attempt's tasks, or the final status."""
+    attempt, earlier, states = taskstate.current(store)
+    known = {s.task: s for s in states}
+    rows = tuple(TaskRow(str(t), known[t].addr or "-", known[t].state.value, known[t].detail(),
+                         logs(t)) if t in known else TaskRow(str(t), "-", "waiting", "", logs(t))
+                 for t in spec.tasks())
+    raw_status, tb = store.get(kvmod.STATUS), store.get(kvmod.TENSORBOARD)
+    tensorboard = json.loads(tb).get("url") if tb else None
+    said = tuple(f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}" for a in earlier)
+    common = {"name": spec.name, "app_type": spec.app_type, "job_id": job_id,
+              "elapsed": elapsed_words(time.monotonic() - started), "attempt": attempt,
+              "attempts": spec.attempts, "rows": rows, "earlier": said,
+              "tensorboard": tensorboard}
+    if raw_status is None:
+        phase = store.get(kvmod.PHASE) or "starting"
+        return View(state="RUNNING", message=phase, **common)
+    out = Outcome.from_json(raw_status)
+    return View(state=out.state, message=out.message, failing=out.task, tail=out.tail,
+                refresh=False, **common)
+
+
+def render(v: View) -> str:
+    """The HTML of a view; every value escaped."""
+    e = html.escape
+    head = (f'<meta http-equiv="refresh" content="{PAGE_REFRESH_S:g}">' if v.refresh else "")
+    rows = "".join(
+        f'<tr class="task"><td>{e(r.task)}</td><td>{e(r.addr)}</td>'
+        f'<td class="{e(r.state.replace(" ", "-"))}">{e(r.state)}</td><td>{e(r.detail)}</td>'
+        f"<td>{v.attempt + 1}</td>"
+        f'<td>{f"<a href={_q(r.log)}>log</a>" if r.log else "-"}</td></tr>'
+        for r in v.rows)
+    parts = [
+        f"<!doctype html><html><head><meta charset=utf-8><title>{e(v.name)} - tfyarn</title>"
+        f"{head}<style>{STYLE}</style></head><body>",
+        f"<h1>{e(v.name)}</h1>",
+        f'<p>{e(v.app_type)} &middot; {e(v.job_id)} &middot; <b id="state" class="{e(v.state)}">'
+        f"{e(v.state)}</b> &middot; {e(v.elapsed)} &middot; attempt {v.attempt + 1}/"
+        f"{v.attempts}</p>",
+        f'<p id="message">{e(v.message)}</p>',
+    ]
+    if v.tensorboard:
+        parts.append(f'<p>TensorBoard: <a id="tensorboard" href={_q(v.tensorboard)}>'
+                     f"{e(v.tensorboard)}</a></p>")
+    parts.append("<table id=tasks><tr><th>task</th><th>host:port</th><th>state</th>"
+                 f"<th>exit / reason</th><th>attempt</th><th>log</th></tr>{rows}</table>")
+    if v.tail:
+        parts.append(f"<h2>last stderr lines of {e(v.failing or '')}</h2>"
+                     f"<pre id=tail>{e(chr(10).join(v.tail))}</pre>")
+    if v.earlier:
+        parts.append("<h2>earlier attempts</h2><ul>"
+                     + "".join(f"<li>{e(x)}</li>" for x in v.earlier) + "</ul>")
+    return "".join(parts) + "</body></html>"
+
+
+def _q(url: str) -> str:
+    return '"' + html.escape(url, quote=True) + '"'
+
+
+@dataclass
+class JobPage:
+    """The page's HTTP server, in a daemon thread of the driver."""
+
+    view: Callable[[], View]
+    log_file: Callable[[str], str | None] = lambda _name: None  # local: /logs/NAME -> path
+    server: http.server.ThreadingHTTPServer | None = field(default=None, init=False)
+
+    def start(self, host: str) -> str:
+        page = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                page.answer(self)
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return f"http://{host}:{self.server.server_address[1]}/"
+
+    def answer(self, req: http.server.BaseHTTPRequestHandler) -> None:
+        path = urllib.parse.urlparse(req.path).path
+        if path.startswith("/logs/"):
+            file = self.log_file(urllib.parse.unquote(path[len("/logs/"):]))
+            if file is None or not os.path.isfile(file):
+                return _send(req, 404, b"no such log", "text/plain")
+            with open(file, "rb") as f:
+                return _send(req, 200, f.read(), "text/plain; charset=utf-8")
+        try:
+            body = render(self.view()).encode()
+        except (StoreGone, OSError) as exc:  # the store went away while the page was asked for
+            return _send(req, 503, f"job state unavailable: {exc}".encode(), "text/plain")
+        _send(req, 200, body, "text/html; charset=utf-8")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def _send(req: http.server.BaseHTTPRequestHandler, code: int, body: bytes, kind: str) -> None:
+    with contextlib.suppress(OSError):
+        req.send_response(code)
+        req.send_header("Content-Type", kind)
+        req.send_header("Content-Length", str(len(body)))
+        req.end_headers()
+        req.wfile.write(body)

@@ -1,0 +1,381 @@
+"""One launcher per container (`python -m tfyarn.runtime.launcher`), in YARN or as a local process.
+
+Owns one container's life: for each of its tasks (one, or k with -ppn/-wnpg) reserve a
+port and register host:port, send heartbeats, wait for the driver's cluster spec (and
+rank table for allreduce jobs), run the user command once per task as the launcher's
+own direct child with that task's env (TF_CONFIG or ranks, GPU devices), stop them when
+the driver, a signal or its parent's death says so, contain everything they started
+(it is the child subreaper, and a watchdog ends the tree if the launcher itself is
+SIGKILLed), and publish each task's exit record as soon as it ends. It exits 0 once
+every record is out: the driver decides the job's outcome (and skein would end the
+application at once on a failed service). Must not decide anything about the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from tfyarn.core.errors import StoreGone
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.policy import stderr_excerpt
+from tfyarn.core.say import say
+from tfyarn.core.settings import Settings
+from tfyarn.core.tfconfig import (
+    Rank,
+    Task,
+    allreduce_env,
+    checkpoint_dir,
+    container_devices,
+    device_env,
+    identity_env,
+    run_env,
+    tf_env,
+    thread_env,
+)
+from tfyarn.core.timing import CLUSTER_WAIT_SLACK_S, HEARTBEAT_S, STOP_POLL_S, STOP_WAIT_S, WAKE_S
+from tfyarn.hdfs import plugin as hdfs
+from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol.skeinlink import users_env
+from tfyarn.runtime import proc
+
+TAG_VAR = "TFYARN_TASK_TAG"  # marks every process of one launcher's tree, for the watchdog
+
+
+
+
+
+def reserve_port() -> socket.socket:
+    """Bind port 0 and keep the socket open until just before the user process starts,
+    so no other task on the host can be handed the same port in between."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("", 0))
+    return sock
+
+
+def shell_argv(command: str, path: str | None = None) -> list[str]:
+    """`-c` is one shell command line, run by bash where there is one (bash execs a lone
+    simple command, so the user's process is the launcher's direct child)."""
+    dirs = (path if path is not None else os.environ.get("PATH", "")).split(os.pathsep)
+    bash = next((os.path.join(d, "bash") for d in dirs
+                 if d and os.access(os.path.join(d, "bash"), os.X_OK)), None)
+    return [bash or "/bin/sh", "-c", command]
+
+
+def docker_argv(image: str, command: str, cwd: str, env_keys: Sequence[str], name: str,
+                job_id: str) -> list[str]:
+    """`docker run` for local `-m docker`: host network (TF ports), the task dir mounted
+    at the same path, the task's env passed by name, labelled for clean-up."""
+    argv = ["docker", "run", "--rm", "--init", "--network", "host", "--name", name,
+            "--label", f"tfyarn.job={job_id}"]
+    argv += ["-v", f"{cwd}:{cwd}", "-w", cwd]
+    for key in env_keys:
+        argv += ["-e", key]
+    return [*argv, image, "/bin/sh", "-c", command]
+
+
+@dataclass
+class StopFlag:
+    """Why the tasks must stop (None while they may run); set from signals and threads,
+    `wake` cuts every wait short when it is set."""
+
+    reason: str | None = None
+    parent: int = field(default_factory=os.getppid)
+    wake: threading.Event = field(default_factory=threading.Event)
+
+    def set(self, reason: str) -> None:
+        if self.reason is None:
+            self.reason = reason
+        self.wake.set()
+
+    def check(self) -> str | None:
+        if self.reason is None and os.getppid() != self.parent:
+            self.set("the launcher's parent died")
+        return self.reason
+
+
+def install_signal_handlers(flag: StopFlag) -> None:
+    """SIGTERM/SIGINT/SIGHUP stop the tasks. The handler takes no lock: Python runs it on
+    the main thread between two bytecodes, possibly while that thread holds `flag.wake`'s
+    lock (inside Event.wait or clear), and setting the event there would deadlock every
+    thread of the launcher for good (seen: a launcher left running after its client was
+    SIGKILLed). It records the reason and writes a byte; a relay thread sets the event."""
+    rfd, wfd = os.pipe()
+    os.set_blocking(wfd, False)
+
+    def relay() -> None:
+        while os.read(rfd, 64):
+            flag.wake.set()
+
+    def handler(signum: int, _frame: object) -> None:
+        if flag.reason is None:
+            flag.reason = f"launcher received {signal.Signals(signum).name}"
+        with contextlib.suppress(OSError):  # a full pipe: a wake-up is pending anyway
+            os.write(wfd, b"!")
+
+    _daemon(relay)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
+def _daemon(target: Callable[[], object]) -> threading.Thread:
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
+
+
+def heartbeat(store: kvmod.KV, tasks: Sequence[Task], flag: StopFlag,
+              done: threading.Event) -> None:
+    """Bump each task's beat counter every HEARTBEAT_S until `done`; the driver counts a
+    task whose counter stops moving as lost."""
+    n = 0
+    while not done.is_set():
+        n += 1
+        try:
+            for task in tasks:
+                store.put(kvmod.beat_key(task), str(n))
+        except (StoreGone, OSError) as exc:
+            flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
+            return
+        done.wait(HEARTBEAT_S)
+
+
+def watch_stop(store: kvmod.KV, flag: StopFlag, done: threading.Event) -> None:
+    """Wait for the driver's stop request (skein: a blocking event wait)."""
+    while not done.is_set():
+        try:
+            reason = store.wait(kvmod.STOP, timeout=STOP_WAIT_S, poll_s=STOP_POLL_S)
+        except (StoreGone, OSError) as exc:
+            flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
+            return
+        if reason is not None:
+            flag.set(f"stopped by the driver: {reason}")
+            return
+
+
+def wait_for_cluster(store: kvmod.KV, flag: StopFlag, deadline: float) -> dict | None:
+    """The cluster spec, or None if the job is stopped or the deadline passes first."""
+    while time.monotonic() < deadline:
+        raw = store.wait(kvmod.CLUSTER, timeout=WAKE_S)
+        if raw is not None:
+            return json.loads(raw)
+        if flag.check():
+            return None
+    flag.set("the driver never published the cluster spec")
+    return None
+
+
+@dataclass
+class Slot:
+    """One task of this container: its reserved port, its process and its output."""
+
+    task: Task
+    index: int  # position in the container: local slot, device slice
+    sock: socket.socket
+    addr: str
+    tag: str
+    child: subprocess.Popen | None = None
+    pumps: tuple[proc.LinePump, ...] = ()
+    rank: int | None = None
+
+
+def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int],
+              report: Callable[[Slot, int], None]) -> None:
+    """Wait for every slot's process, reporting each as it ends (and ending what it left
+    behind); stop every tree when told to. Nothing any of them started outlives this."""
+    running = {s.index: s for s in slots if s.child is not None}
+    for slot in running.values():
+        child = slot.child
+        _daemon(lambda c=child: (c.wait(), flag.wake.set()))
+    while running:
+        flag.wake.clear()
+        for slot in [s for s in running.values() if s.child.returncode is not None]:
+            del running[slot.index]
+            proc.stop_tagged(TAG_VAR, slot.tag, min(grace, 1.0))  # its daemons
+            report(slot, slot.child.returncode)
+        if running and flag.check():
+            proc.stop_tree(grace, keep, tracked={s.child.pid for s in running.values()})
+            for slot in running.values():
+                report(slot, slot.child.wait())
+            break
+        flag.wake.wait(WAKE_S)
+    proc.stop_tree(min(grace, 1.0), keep)
+    proc.reap(keep)
+
+
+@dataclass(frozen=True)
+class LaunchArgs:
+    job: JobSpec
+    tasks: tuple[Task, ...]
+    store_url: str
+    gpus: str  # "auto" (YARN: ask the container), "none", or a list of device ids
+    docker_image: str | None
+    attempt: int = 0  # which gang of the job this launcher belongs to (restarts)
+
+
+def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
+    p = argparse.ArgumentParser(prog="python -m tfyarn.runtime.launcher")
+    p.add_argument("--job", required=True, help="path of the job JSON")
+    p.add_argument("--tasks", required=True, help="this container's tasks, e.g. worker:0,"
+                   "worker:1 (never derived)")
+    p.add_argument("--kv", required=True, help="dir:/path or skein:")
+    p.add_argument("--gpus", default="auto", help="GPU ids of this container, none, or auto")
+    p.add_argument("--docker-image", help="local -m docker: run the command in this image")
+    p.add_argument("--attempt", type=int, default=0, help="the gang's attempt number (0 first; "
+                   "never derived: keys are read and written under it)")
+    ns = p.parse_args(argv)
+    with open(ns.job, encoding="utf-8") as f:
+        job = JobSpec.from_json(f.read())
+    tasks = tuple(Task.parse(t) for t in ns.tasks.split(","))
+    return LaunchArgs(job, tasks, ns.kv, ns.gpus, ns.docker_image, ns.attempt)
+
+
+@dataclass
+class Launcher:
+    """One container's launcher: its arguments, store, stop flag and containment tag."""
+
+    args: LaunchArgs
+    settings: Settings
+    store: kvmod.KV
+    flag: StopFlag
+    tag: str
+    watchdog: int
+    reported: set[Task] = field(default_factory=set)
+
+    def run(self) -> None:
+        """Register every task, wait for the cluster, run and supervise the processes."""
+        host = self.settings.advertise_host or socket.getfqdn()
+        slots = []
+        for j, task in enumerate(self.args.tasks):
+            sock = reserve_port()
+            slot = Slot(task, j, sock, f"{host}:{sock.getsockname()[1]}", f"{self.tag}.{j}")
+            self.store.put(kvmod.addr_key(task), slot.addr)
+            say(f"registered at {slot.addr}", task)
+            slots.append(slot)
+        deadline = time.monotonic() + self.args.job.register_timeout_s + CLUSTER_WAIT_SLACK_S
+        cluster = wait_for_cluster(self.store, self.flag, deadline)
+        for slot in slots:
+            slot.sock.close()
+        if cluster is None:
+            for slot in slots:
+                self.publish(slot.task, slot.addr, slot.rank,
+                             {"code": None, "stopped": True, "reason": self.flag.reason})
+            return
+        ranks = json.loads(self.store.get(kvmod.RANKS) or "null")
+        devices = self.devices()
+        for slot in slots:
+            self.start(slot, self.env_for(slot, cluster, ranks, devices))
+        supervise(slots, self.flag, self.args.job.stop_grace_s, {self.watchdog}, self.ended)
+
+    def devices(self) -> list[str]:
+        if self.args.gpus == "auto":
+            gpus = self.args.job.container_of(self.args.tasks[0]).resources.gpus
+            return container_devices(gpus, os.environ)
+        return [] if self.args.gpus == "none" else self.args.gpus.split(",")
+
+    def env_for(self, slot: Slot, cluster: dict, ranks: dict | None,
+                 devices: list[str]) -> dict[str, str]:
+        job, job_id = self.args.job, self.settings.job_id or "unknown"
+        env = dict(job.env)
+        if ranks is None:
+            env.update(tf_env(cluster, slot.task, job_id))
+        else:
+            rank = Rank(**ranks["ranks"][str(slot.task)])
+            slot.rank = rank.rank
+            env.update(identity_env(slot.task, job_id, rank.size))
+            env.update(allreduce_env(rank, ranks["master"], ranks["rendezvous"]))
+            vcores = job.container_of(slot.task).resources.vcores
+            env.update(thread_env(vcores, len(self.args.tasks), {**os.environ, **env}))
+        env.update(run_env(self.args.attempt, checkpoint_dir(
+            job.checkpoint_dir, job_id, self.settings.user), job.tensorboard_dir))
+        k = len(self.args.tasks)
+        env.update(device_env(devices, k, slot.index, shared=not job.allreduce))
+        env.update(hdfs.plugin_env({**os.environ, **env}))  # `import tensorflow` reads hdfs://
+        return env
+
+    def start(self, slot: Slot, env_vars: dict[str, str]) -> None:
+        a, job_id = self.args, self.settings.job_id or "unknown"
+        env = users_env({**os.environ, **env_vars, TAG_VAR: slot.tag})
+        if a.docker_image:
+            name = f"tfyarn-{job_id}-{slot.task.type}-{slot.task.index}"
+            argv = docker_argv(a.docker_image, a.job.command, os.getcwd(), list(env_vars), name,
+                               job_id)
+        else:
+            argv = shell_argv(a.job.command)
+        slot.child = proc.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                parent_death=signal.SIGKILL)
+        self.store.put(kvmod.start_key(slot.task), json.dumps({"pid": slot.child.pid,
+                                                               "time": time.time()}))
+        prefix = f"[{slot.task}] ".encode() if len(a.tasks) > 1 else b""
+        assert slot.child.stdout is not None and slot.child.stderr is not None
+        slot.pumps = (proc.LinePump(slot.child.stdout, getattr(sys.stdout, "buffer", None),
+                                    prefix=prefix),
+                      proc.LinePump(slot.child.stderr, getattr(sys.stderr, "buffer", None),
+                                    prefix=prefix))
+
+    def ended(self, slot: Slot, code: int) -> None:
+        for pump in slot.pumps:
+            pump.join(timeout=2.0)
+        tail = list(stderr_excerpt(list(slot.pumps[1].tail))) if slot.pumps else []
+        self.publish(slot.task, slot.addr, slot.rank,
+                     {"code": code, "stopped": self.flag.reason is not None,
+                      "reason": self.flag.reason, "tail": tail})
+
+    def publish(self, task: Task, addr: str, rank: int | None, record: dict) -> None:
+        """The task's exit record, once: the driver's input, sent as soon as it is known."""
+        full = {"host": addr.rsplit(":", 1)[0], "addr": addr, "tail": [], **record,
+                "time": time.time()}
+        if rank is not None:
+            full["rank"] = rank
+        try:
+            self.store.put(kvmod.exit_key(task), json.dumps(full))
+        except (StoreGone, OSError) as exc:
+            say(f"could not report the exit ({exc}); the driver will see it as lost", task)
+        self.reported.add(task)
+        say(f"exit code {full['code']}" + (" (stopped)" if full["stopped"] else ""), task)
+
+    def report_error(self, exc: BaseException) -> None:
+        """A broken launcher still tells the driver why, for every task not yet reported."""
+        for task in self.args.tasks:
+            if task not in self.reported:
+                say(f"launcher error: {exc!r}", task)
+                self.publish(task, "-:0", None, {"code": 1, "stopped": False,
+                                                 "tail": [f"tfyarn launcher error: {exc!r}"]})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    tag = os.urandom(12).hex()
+    watchdog = proc.start_watchdog(TAG_VAR, f"{tag}.")  # before any thread exists
+    proc.set_subreaper()
+    flag = StopFlag()
+    install_signal_handlers(flag)
+    settings = Settings.from_environ()
+    store = kvmod.Scoped(kvmod.open_kv(args.store_url), args.attempt)
+    done = threading.Event()
+    launcher = Launcher(args, settings, store, flag, tag, watchdog)
+    try:
+        _daemon(lambda: heartbeat(store, args.tasks, flag, done))
+        _daemon(lambda: watch_stop(store, flag, done))
+        launcher.run()
+    except Exception as exc:  # the launcher's last resort, never silent: whatever broke is
+        # reported as this task's exit (the driver then decides), and its tree is stopped
+        proc.stop_tree(0.0, {watchdog})
+        launcher.report_error(exc)
+    done.set()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

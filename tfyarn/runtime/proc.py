@@ -1,0 +1,347 @@
+"""Process containment, the one place tfyarn spawns, signals, kills and pumps processes.
+
+Owns: starting a child (own session or not, death signal), the child-subreaper flag,
+finding every descendant through /proc, stopping a tree (SIGTERM, grace, SIGKILL until
+nothing is left), the watchdog that cleans up after a SIGKILLed supervisor, and the
+stream pumps that keep draining a child's output when the terminal is gone.
+Used by the launcher (in a YARN container or a local process) and by local mode.
+Must not know about jobs, tasks or stores. Linux only (prctl, /proc).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import functools
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from typing import IO
+
+from tfyarn.core.policy import cut_line
+from tfyarn.core.timing import KILL_ROUND_S, KILL_ROUNDS
+
+PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
+PR_SET_CHILD_SUBREAPER = 36
+WATCHDOG_NAME = b"tfyarn-watchdog"  # what ps -o comm / top show for it
+CHUNK = 64 * 1024  # longest piece of one line a pump reads at once
+TAIL_KEEP = 200  # lines of a stream kept for the failure message
+
+
+def _prctl(option: int, arg: int) -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def set_subreaper() -> bool:
+    """Become the child subreaper: descendants orphaned below us (a daemon that setsid'ed
+    and double-forked) are re-parented to us instead of init, so we can find and end them."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+# Run by a fresh interpreter (exec'd, never forked Python) where setpriv lacks --pdeathsig:
+# set the death signal, give up if the parent already died, exec the command.
+_DEATH_WRAPPER = (
+    "import ctypes, os, sys\n"
+    "sig, parent = int(sys.argv[1]), int(sys.argv[2])\n"
+    "ctypes.CDLL(None).prctl(1, sig, 0, 0, 0)\n"
+    "os.getppid() == parent or os._exit(128 + sig)\n"
+    "os.execvp(sys.argv[3], sys.argv[3:])\n")
+
+
+@functools.lru_cache(maxsize=1)
+def _setpriv() -> str | None:
+    """util-linux's setpriv if it has --pdeathsig (2.33 and later), else None."""
+    path = shutil.which("setpriv")
+    if path is None:
+        return None
+    helped = subprocess.run([path, "--help"], capture_output=True, text=True, check=False)
+    return path if "--pdeathsig" in helped.stdout else None
+
+
+def with_death_signal(argv: Sequence[str], sig: int) -> list[str]:
+    """`argv` started so that it gets `sig` when its parent (the thread that spawns it)
+    dies. Not with a preexec_fn: that runs Python, and the fork handlers of gRPC (skein's
+    channels in the launcher and driver), in the forked child, which aborted ~3.5% of
+    containers on YARN (gRPC's epoll thread restarted in the child, then its descriptors
+    closed). setpriv, or a fresh interpreter, sets the signal after exec instead."""
+    setpriv = _setpriv()
+    if setpriv:
+        return [setpriv, "--pdeathsig", signal.Signals(sig).name.removeprefix("SIG"), "--",
+                *argv]
+    return [sys.executable, "-S", "-c", _DEATH_WRAPPER, str(int(sig)), str(os.getpid()), *argv]
+
+
+def start(argv: Sequence[str], env: Mapping[str, str], *, cwd: str | None = None,
+          stdout: IO | int | None = None, stderr: IO | int | None = None,
+          new_session: bool = False, parent_death: int | None = None) -> subprocess.Popen:
+    """Start one child (no Python runs between fork and exec). `new_session` keeps the
+    terminal's Ctrl-C and hang-up away from it; `parent_death` is the signal it gets if we
+    die (call from the main thread)."""
+    if parent_death is not None:
+        argv = with_death_signal(argv, parent_death)
+    return subprocess.Popen(list(argv), env=dict(env), cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=stdout, stderr=stderr, start_new_session=new_session)
+
+
+# ---------------------------------------------------------------- the process table
+
+
+def process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, state letter) for every process we can see."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        table[int(name)] = (int(fields[1]), fields[0].decode())
+    return table
+
+
+def descendants(root: int, exclude: Collection[int] = ()) -> list[int]:
+    """Live (non-zombie) descendants of `root`, parents before children."""
+    table = process_table()
+    children: dict[int, list[int]] = collections.defaultdict(list)
+    for pid, (ppid, _) in table.items():
+        children[ppid].append(pid)
+    out, todo = [], list(children[root])
+    while todo:
+        pid = todo.pop(0)
+        if pid in exclude:
+            continue
+        if table[pid][1] != "Z":
+            out.append(pid)
+        todo.extend(children[pid])
+    return out
+
+
+def reap(keep: Collection[int] = ()) -> None:
+    """Collect our zombie children except `keep` (Popen objects reap their own: reaping
+    them here would lose their exit status)."""
+    for pid, (ppid, state) in process_table().items():
+        if ppid == os.getpid() and state == "Z" and pid not in keep:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def signal_all(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def stop_tree(grace: float, keep: Collection[int] = (), tracked: Collection[int] = ()) -> int:
+    """End every descendant of this process but `keep`: SIGTERM, up to `grace` seconds
+    for them to go, then SIGKILL until none is left. Returns how many were signalled."""
+    me = os.getpid()
+    first = descendants(me, keep)
+    signal_all(first, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while descendants(me, keep) and time.monotonic() < deadline:
+        reap(set(keep) | set(tracked))
+        time.sleep(0.05)
+    kill_rounds(lambda: descendants(me, keep), lambda: reap(set(keep) | set(tracked)))
+    return len(first)
+
+
+def kill_rounds(find: Callable[[], list[int]], between: Callable[[], None] = lambda: None) -> int:
+    """SIGKILL what `find` returns until it returns nothing (a fork may race a sweep)."""
+    killed = 0
+    for _ in range(KILL_ROUNDS):
+        pids = find()
+        if not pids:
+            break
+        signal_all(pids, signal.SIGKILL)
+        killed += len(pids)
+        between()
+        time.sleep(KILL_ROUND_S)
+    return killed
+
+
+# ---------------------------------------------------------------- tagged processes
+
+
+def tagged(var: str, value: str, prefix: bool = False) -> list[int]:
+    """Every live process whose environment has `var=value` (or, with `prefix`, a value
+    starting with it): how a tree is found once its supervisor is gone and its members
+    were re-parented to init."""
+    needle = f"{var}={value}".encode()
+    pids = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                entries = f.read().split(b"\0")
+        except OSError:
+            continue
+        if needle in entries or (prefix and any(e.startswith(needle) for e in entries)):
+            pids.append(int(name))
+    return pids
+
+
+def stop_tagged(var: str, value: str, grace: float) -> None:
+    """SIGTERM the processes tagged `var=value`, then SIGKILL what is left after `grace`
+    (what one of several processes of a container left behind when it ended)."""
+    signal_all(tagged(var, value), signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while tagged(var, value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    kill_rounds(lambda: tagged(var, value))
+
+
+def start_watchdog(var: str, value: str) -> int:
+    """Fork a watchdog in its own session that, once this process is gone however it went
+    (SIGKILL included: the kernel closes our end of a pipe), kills every process whose
+    `var` starts with `value`. Call first thing, before any thread exists. Returns the
+    watchdog's pid."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the watchdog: outside our process group, so a group kill misses it
+        try:
+            os.close(w)
+            os.setsid()
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None).prctl(PR_SET_NAME, ctypes.c_char_p(WATCHDOG_NAME), 0, 0, 0)
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                signal.signal(sig, signal.SIG_IGN)
+            while os.read(r, 64):
+                pass
+            n = kill_rounds(lambda: tagged(var, value, prefix=True))
+            if n:
+                os.write(2, f"tfyarn: watchdog: killed {n} processes left behind\n".encode())
+        finally:
+            os._exit(0)
+    os.close(r)
+    _held.append(w)  # never closed by us: it closes when we die
+    return pid
+
+
+_held: list[int] = []
+
+
+# ---------------------------------------------------------------- output
+
+
+class Sink:
+    """A stream written to until it fails (a closed terminal, `| head`): then dropped,
+    so the writer goes on (draining a child, following files) instead of dying."""
+
+    def __init__(self, out: IO[bytes] | None) -> None:
+        self.out = out
+
+    def write(self, data: bytes) -> None:
+        if self.out is None or not data:
+            return
+        try:
+            self.out.write(data)
+            self.out.flush()
+        except (OSError, ValueError):
+            self.out = None
+
+
+class LinePump:
+    """Copies a child's output stream line by line into `sink`, keeping its last lines.
+
+    The stream is always drained to its end, so the child never blocks on a full pipe:
+    a sink that fails (a closed terminal, `| head`) is dropped, not the stream. A last
+    line without a newline gets one, so the next writer starts a line of its own.
+    """
+
+    def __init__(self, stream: IO[bytes], sink: IO[bytes] | None, keep: int = TAIL_KEEP,
+                 prefix: bytes = b"") -> None:
+        self.stream = stream
+        self.sink = Sink(sink)
+        self.prefix = prefix  # each line's, when several processes share one log
+        self.tail: collections.deque[str] = collections.deque(maxlen=keep)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        partial = False
+        for chunk in iter(lambda: self.stream.readline(CHUNK), b""):
+            self.sink.write(chunk if partial else self.prefix + chunk)
+            if not partial:
+                self.tail.append(cut_line(chunk.decode("utf-8", "replace")))
+            partial = not chunk.endswith(b"\n")
+        if partial:
+            self.sink.write(b"\n")
+        self.stream.close()
+
+    def join(self, timeout: float | None = None) -> None:
+        self.thread.join(timeout)
+
+
+class Follower:
+    """Follows growing log files and copies their complete lines, prefixed, to `out`.
+
+    Local mode's terminal view: every process writes its own log file (a file never
+    blocks a writer, and it outlives the client), and this thread shows them. If `out`
+    fails, showing stops; the files are untouched.
+    """
+
+    def __init__(self, out: IO[bytes] | None, interval: float) -> None:
+        self.out = Sink(out)
+        self.interval = interval
+        self.files: dict[str, tuple[str, bytes]] = {}  # path -> (prefix, partial line)
+        self.offsets: dict[str, int] = {}
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def add(self, path: str, prefix: str) -> None:
+        """Follow `path` (again: a no-op, so a restarted process can append to its log)."""
+        with self.lock:
+            if path in self.files:
+                return
+            self.files[path] = (prefix, b"")
+            self.offsets.setdefault(path, 0)
+
+    def start(self) -> Follower:
+        self.thread.start()
+        return self
+
+    def poll(self, final: bool = False) -> None:
+        with self.lock:
+            for path, (prefix, partial) in list(self.files.items()):
+                data = partial + self._read_new(path)
+                *lines, rest = data.split(b"\n")
+                if final and rest:
+                    lines, rest = [*lines, rest], b""
+                self.out.write(b"".join(prefix.encode() + line + b"\n" for line in lines))
+                self.files[path] = (prefix, rest)
+
+    def _read_new(self, path: str) -> bytes:
+        try:
+            if os.path.getsize(path) <= self.offsets[path]:
+                return b""
+            with open(path, "rb") as f:
+                f.seek(self.offsets[path])
+                data = f.read()
+        except OSError:
+            return b""
+        self.offsets[path] += len(data)
+        return data
+
+    def _run(self) -> None:
+        while not self.done.wait(self.interval):
+            self.poll()
+
+    def stop(self) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join(timeout=2.0)
+        self.poll(final=True)

@@ -1,0 +1,141 @@
+"""TensorBoard beside the tasks (`python -m tfyarn.runtime.tensorboard`), one per job with
+-enable_tensorboard True: its own container on YARN, its own process locally.
+
+Runs `python -m tensorboard.main --logdir DIR --bind_all --port P` from the job's
+environment, publishes its URL once it answers HTTP 200 (or why it did not start), and
+stops it once the job has its final status, after --tensorboard-linger. It is not part of
+TF_CONFIG and never decides the job's outcome. Contained like a launcher: it is the child
+subreaper, and a watchdog ends TensorBoard if this process is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+
+from tfyarn.core.errors import StoreGone
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.say import say
+from tfyarn.core.settings import Settings
+from tfyarn.core.timing import TENSORBOARD_POLL_S, TENSORBOARD_START_S, WAKE_S
+from tfyarn.hdfs import plugin as hdfs
+from tfyarn.protocol import kv as kvmod
+from tfyarn.runtime import proc
+from tfyarn.runtime.launcher import TAG_VAR, StopFlag, install_signal_handlers, reserve_port
+
+MISSING_HINT = ("install tensorboard into the job's environment (pip install tensorboard; "
+                "for -m virtual-env: into the packed env)")
+
+
+
+
+
+def announce(raw: str | None) -> str | None:
+    """The line el_submit prints once the side task published its URL or its failure."""
+    if raw is None:
+        return None
+    info = json.loads(raw)
+    if info.get("url"):
+        return f"TensorBoard: {info['url']}"
+    return f"TensorBoard did not start (the job goes on): {info.get('error')}"
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_until_up(url: str, child: subprocess.Popen, pump: proc.LinePump,
+                  flag: StopFlag) -> dict:
+    """{"url": url} once it answers, else {"error": why} (it exited, or took too long)."""
+    deadline = time.monotonic() + TENSORBOARD_START_S
+    while time.monotonic() < deadline and not flag.check():
+        if child.poll() is not None:
+            pump.join(timeout=2.0)
+            tail = " | ".join(list(pump.tail)[-3:])
+            hint = f"; {MISSING_HINT}" if "No module named" in tail else ""
+            return {"error": f"exit code {child.returncode}: {tail}{hint}"}
+        if answers(url):
+            return {"url": url}
+        time.sleep(TENSORBOARD_POLL_S)
+    return {"error": f"no answer from {url} within {TENSORBOARD_START_S:g} s"}
+
+
+def wait_for_job_end(store: kvmod.KV, flag: StopFlag, linger_s: float) -> None:
+    """Until the job has its final status (then `linger_s` more, unless it is killed), a
+    signal comes, or the store is gone (on YARN: the ApplicationMaster ended)."""
+    try:
+        while store.wait(kvmod.STATUS, timeout=WAKE_S) is None:
+            if flag.check():
+                return
+        if linger_s > 0:
+            say(f"the job ended; staying up {linger_s / 60:g} min (--tensorboard-linger)",
+                "tensorboard")
+        deadline = time.monotonic() + linger_s
+        while time.monotonic() < deadline and not flag.check():
+            if store.wait(kvmod.KILL, timeout=min(WAKE_S, deadline - time.monotonic())):
+                return
+    except (StoreGone, OSError) as exc:
+        say(f"the job's store is gone ({exc})", "tensorboard")
+
+
+def run(spec: JobSpec, store: kvmod.KV, python: str, settings: Settings, flag: StopFlag,
+        keep: set[int], tag: str) -> None:
+    host = settings.advertise_host or socket.getfqdn()
+    sock = reserve_port()
+    port = sock.getsockname()[1]
+    sock.close()  # TensorBoard binds it itself, right after
+    env = {**os.environ, TAG_VAR: tag}
+    env.update(hdfs.plugin_env(env))  # an hdfs:// logdir: the same plugin as the tasks
+    argv = [python, "-m", "tensorboard.main", "--logdir", spec.tensorboard_dir or ".",
+            "--bind_all", "--port", str(port)]
+    child = proc.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       parent_death=signal.SIGKILL)
+    assert child.stdout is not None
+    pump = proc.LinePump(child.stdout, getattr(sys.stderr, "buffer", None))
+    info = wait_until_up(f"http://{host}:{port}/", child, pump, flag)
+    store.put(kvmod.TENSORBOARD, json.dumps(info))
+    say(announce(json.dumps(info)) or "", "tensorboard")
+    if "url" in info:
+        wait_for_job_end(store, flag, spec.tensorboard_linger_s)
+    proc.stop_tree(spec.stop_grace_s, keep, tracked={child.pid})
+    proc.reap(keep)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tfyarn.runtime.tensorboard")
+    p.add_argument("--job", required=True, help="path of the job JSON")
+    p.add_argument("--kv", required=True, help="dir:/path or skein:")
+    p.add_argument("--python", default=sys.executable, help="the job environment's python")
+    ns = p.parse_args(argv)
+    with open(ns.job, encoding="utf-8") as f:
+        spec = JobSpec.from_json(f.read())
+    tag = os.urandom(12).hex()
+    watchdog = proc.start_watchdog(TAG_VAR, tag)  # before any thread exists
+    proc.set_subreaper()
+    flag = StopFlag()
+    install_signal_handlers(flag)
+    store = kvmod.open_kv(ns.kv)
+    try:
+        run(spec, store, ns.python, Settings.from_environ(), flag, {watchdog}, tag)
+    finally:
+        with contextlib.suppress(StoreGone, OSError):
+            store.put(kvmod.TENSORBOARD_DONE, "1")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
