@@ -312,17 +312,23 @@ def _trap_signals(job: JobClock) -> None:
         signal.signal(sig, handler)
 
 
+def tensorboard_linger_s(spec: JobSpec, store: kvmod.KV) -> float:
+    """How long the application stays up for TensorBoard after the verdict: YARN with
+    --tensorboard-linger only (locally the client keeps the side task up)."""
+    return spec.tensorboard_linger_s if isinstance(store, kvmod.SkeinKV) \
+        and spec.tensorboard_dir else 0.0
+
+
 def linger_for_tensorboard(spec: JobSpec, store: kvmod.KV) -> None:
-    """YARN, --tensorboard-linger: the application (so the TensorBoard container) stays up
-    until the side task says it is done: after the linger, or sooner when killed."""
-    if not spec.tensorboard_dir or not spec.tensorboard_linger_s \
-            or store.get(kvmod.TENSORBOARD) is None:
+    """The application (so the TensorBoard container) stays up until the side task says
+    it is done: after the linger, or sooner when killed; not at all when TensorBoard
+    never answered."""
+    linger = tensorboard_linger_s(spec, store)
+    if not linger or store.get(kvmod.TENSORBOARD) is None:
         return
-    say(f"keeping the application for TensorBoard ({spec.tensorboard_linger_s / 60:g} min)",
-        "driver")
+    say(f"keeping the application for TensorBoard ({linger / 60:g} min)", "driver")
     with contextlib.suppress(StoreGone):
-        store.wait(kvmod.TENSORBOARD_DONE,
-                   timeout=spec.tensorboard_linger_s + TENSORBOARD_DONE_SLACK_S)
+        store.wait(kvmod.TENSORBOARD_DONE, timeout=linger + TENSORBOARD_DONE_SLACK_S)
 
 
 def finish_yarn(store: kvmod.SkeinKV, outcome: Outcome) -> None:
@@ -411,10 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     host = settings.advertise_host or socket.getfqdn()
     page = serve_page(spec, store, settings, host, ns.logs)
     outcome = run(spec, store, host, gangmod.for_store(store, spec))
-    lingering = isinstance(store, kvmod.SkeinKV) and bool(spec.tensorboard_dir) \
-        and spec.tensorboard_linger_s
-    exit_within(VERDICT_EXIT_S + (spec.tensorboard_linger_s + TENSORBOARD_DONE_SLACK_S
-                                  if lingering else 0), exit_code(outcome.state))
+    linger = tensorboard_linger_s(spec, store)
+    exit_within(VERDICT_EXIT_S + (linger + TENSORBOARD_DONE_SLACK_S if linger else 0),
+                exit_code(outcome.state))
     if isinstance(store, kvmod.SkeinKV):
         linger_for_tensorboard(spec, store)
         finish_yarn(store, outcome)
