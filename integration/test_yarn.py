@@ -678,10 +678,11 @@ def test_a_job_file_from_dry_run_runs_the_same_job_on_yarn(el_submit, apps, tmp_
 
 
 def test_status_tasks_lists_12_workers_in_natural_order(apps, tmp_path):
-    """`tfyarn status APP --tasks` while a 12-worker job runs: every task, in natural
-    order (worker:2 before worker:10), each with a state, never `None`."""
-    cmd = [sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", "12",
-           "-wm", "256", "--am-memory", "512", "--detach", "--python", sys.executable,
+    """`tfyarn status APP --tasks` while a 12-task job runs (6 containers of 2 ranks: the
+    sandbox has 8 vcores): every task, in natural order (worker:2 before worker:10), each
+    running, never `None`."""
+    cmd = [sys.executable, "-m", "tfyarn.cli", "-t", "pytorch", "-wn", "6", "-ppn", "2",
+           "-wm", "512", "--am-memory", "512", "--detach", "--python", sys.executable,
            "-c", "sleep 600"]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     app_id = out.stdout.strip()
@@ -698,7 +699,57 @@ def test_status_tasks_lists_12_workers_in_natural_order(apps, tmp_path):
             break
         time.sleep(2)  # polling a cluster's state, not ordering events
     assert [x.split()[0] for x in lines] == [f"worker:{i}" for i in range(12)], lines
+    assert all(x.split()[2] == "running" for x in lines), lines
     assert all("None" not in x for x in lines)
     subprocess.run([sys.executable, "-m", "tfyarn", "kill", app_id], capture_output=True,
                    timeout=300, check=True)
     assert final_state(app_id).endswith("/KILLED")
+
+
+# ---------------------------------------------------------------- Spark to training (#18)
+
+
+def test_census_from_spark_on_yarn_trains_from_hdfs(apps, tmp_path):
+    """The seed flow: Spark on this YARN (--master yarn) turns the Adult CSV into
+    committed TFRecord shards on HDFS; el_submit --data trains census on them with two
+    MultiWorkerMirroredStrategy workers, each reading its own share, to >= 0.84."""
+    import uuid
+
+    out = f"hdfs:///tmp/tfyarn-census-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    prep = subprocess.run([sys.executable, str(REPO / "examples" / "census_spark" / "prepare.py"),
+                           "--out", out, "--master", "yarn"], capture_output=True, text=True,
+                          timeout=900, env=env)
+    assert prep.returncode == 0, prep.stderr[-5000:]
+    assert "train: 32561 rows in 4 shards" in prep.stdout, prep.stdout
+    shutil.copy(REPO / "examples" / "census" / "census_single.py", tmp_path)
+    cmd = [sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", "2", "-wm", "2048",
+           "-f", "census_single.py", "--data", f"{out}/train", "--data", f"{out}/test",
+           "--python", sys.executable, "-c", "python census_single.py --epochs 3"]
+    train = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=900)
+    app_id = train.stdout.strip()
+    if APP_ID.match(app_id):
+        apps.append(app_id)
+    assert train.returncode == 0, train.stderr[-5000:]
+    logs = aggregated_logs(app_id)
+    accuracies = [float(x) for x in re.findall(r"eval_accuracy=([0-9.]+)", logs)]
+    assert len(accuracies) == 2 and min(accuracies) >= 0.84, accuracies
+    shares = sorted(int(x) for x in re.findall(r"trained on (\d+) rows", logs))
+    assert sum(shares) == 32561, shares  # each worker its own share, every row once
+
+
+def test_data_that_is_not_committed_is_refused_before_submitting(tmp_path):
+    import uuid
+
+    bare = f"/tmp/tfyarn-uncommitted-{uuid.uuid4().hex[:8]}"
+    subprocess.run(["hdfs", "dfs", "-mkdir", "-p", f"{bare}/.tfyarn-x"], check=True,
+                   capture_output=True, timeout=120)  # a write that died: no manifest
+    before = yarn_cli("application", "-list", "-appStates", "ALL")
+    out = subprocess.run([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn",
+                          "2", "--data", f"hdfs://{bare}", "--python", sys.executable, "-c",
+                          "true"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and out.stderr.startswith(f"Error: --data hdfs://{bare}: no "
+                                                         "committed dataset"), out.stderr
+    assert not out.stdout and "Traceback" not in out.stderr
+    after = yarn_cli("application", "-list", "-appStates", "ALL")
+    assert len(after.splitlines()) == len(before.splitlines())  # nothing was submitted

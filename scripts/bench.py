@@ -17,6 +17,11 @@
 - with --allreduce: allreduce bandwidth (scripts/allreduce_workload.py, 2 ranks, 16 MB
   sums) started through tfyarn (-t pytorch, -t tensorflow-mpi for Horovod) against the
   same ranks started by torchrun / horovodrun here, and their ratios (target >= 0.95);
+- with --data [ROWS]: tfyarn.data's rows/s (pyspark local[2], census-shaped rows): the
+  TFRecord and Parquet writes against Spark's own `df.write.parquet` of the same frame,
+  and `tfyarn.data.dataset` reading TFRecord against a bare `TFRecordDataset` + parse of
+  the same files (ratios: ours / theirs; writes one run each, the frame cached first;
+  reads the median of three alternated passes);
 - with --app APP and HADOOP_CONF_DIR set: status_s (`tfyarn status APP`) against
   yarn_cli_status_s (`yarn application -status APP`) measured side by side, and their
   ratio (target <= 0.5).
@@ -208,6 +213,71 @@ def allreduce_ratios(repeat: int) -> dict[str, float]:
     return out
 
 
+def data_rates(rows: int) -> dict[str, float]:
+    """Write and read throughput of tfyarn.data against the plain baselines."""
+    import shutil
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from tfyarn.data import read
+    from tfyarn.data import spark as tds
+
+    spark = (SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    df = spark.range(rows).select(
+        *[((F.col("id") * (i + 7)) % 1000).alias(f"n{i}") for i in range(6)],
+        *[F.concat(F.lit(f"v{i}-"), (F.col("id") % 40).cast("string")).alias(f"s{i}")
+          for i in range(8)], (F.col("id") % 100 / 7).alias("x")).repartition(2).cache()
+    df.count()
+    out, tmp = {}, tempfile.mkdtemp(prefix="tfyarn-bench-data-")
+    try:
+        for name, fn in (("spark_parquet", lambda p: df.write.parquet(p)),
+                         ("tfyarn_parquet", lambda p: tds.write(df, p, format="parquet")),
+                         ("tfyarn_tfrecord", lambda p: tds.write(df, p))):
+            t0 = time.monotonic()
+            fn(os.path.join(tmp, name))
+            out[f"write_{name}_rows_s"] = round(rows / (time.monotonic() - t0))
+        out["write_tfrecord_ratio"] = round(out["write_tfyarn_tfrecord_rows_s"]
+                                            / out["write_spark_parquet_rows_s"], 2)
+        out["write_parquet_ratio"] = round(out["write_tfyarn_parquet_rows_s"]
+                                           / out["write_spark_parquet_rows_s"], 2)
+        out.update(_read_rates(read, os.path.join(tmp, "tfyarn_tfrecord"), rows))
+    finally:
+        spark.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def _read_rates(read, path: str, rows: int) -> dict[str, float]:
+    import tensorflow as tf
+
+    def drain(ds) -> float:
+        t0 = time.monotonic()
+        n = sum(int(tf.shape(b["n0"])[0]) for b in ds)
+        assert n == rows, n
+        return rows / (time.monotonic() - t0)
+
+    m = read.manifest(path)
+    spec = {c.name: tf.io.FixedLenFeature([], {"int64": tf.int64, "float": tf.float32,
+                                                "bytes": tf.string}[c.kind]) for c in m.columns}
+    files = [f"{path}/{s.file}" for s in m.shards]
+    bares, ours_runs = [], []
+    for _ in range(3):  # alternated, medians: one pass of each swings by half on 2 cores
+        bares.append(drain(tf.data.TFRecordDataset(files).batch(1024).map(
+            lambda b: tf.io.parse_example(b, spec))))
+        ours_runs.append(drain(read.dataset(path, 1024)))
+    bare, ours = statistics.median(bares), statistics.median(ours_runs)
+    t0 = time.monotonic()
+    n = sum(1 for _ in read.rows(path))
+    plain = n / (time.monotonic() - t0)
+    return {"read_bare_tfrecord_rows_s": round(bare), "read_tfyarn_dataset_rows_s": round(ours),
+            "read_ratio": round(ours / bare, 2), "read_tfyarn_rows_python_rows_s": round(plain)}
+
+
 def median_of(fn, repeat: int) -> float:
     runs = []
     for _ in range(repeat):
@@ -222,7 +292,12 @@ def main() -> None:
     p.add_argument("--app", help="a YARN application id, for the status comparison")
     p.add_argument("--allreduce", action="store_true", help="also time allreduce bandwidth "
                    "(needs torch and Horovod: scripts/build-horovod)")
+    p.add_argument("--data", type=int, nargs="?", const=200_000, metavar="ROWS",
+                   help="only tfyarn.data's write/read rows/s (needs pyspark: .[spark])")
     ns = p.parse_args()
+    if ns.data:
+        print(json.dumps({"rows": ns.data, **data_rates(ns.data)}, indent=2))
+        return
     n = ns.repeat
     help_s = statistics.median(help_time() for _ in range(n))
     local_s = median_of(local_time, n)

@@ -116,9 +116,34 @@ def synthetic_rows(n: int, seed: int) -> list[dict[str, str]]:
 def load(args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
     if args.synthetic:
         return synthetic_rows(4000, 1), synthetic_rows(1000, 2)
+    if os.environ.get("TFYARN_DATA"):
+        return load_datasets(os.environ["TFYARN_DATA"].split(","), args)
     join = (lambda d, f: f"{d.rstrip('/')}/{f}") if "://" in args.data_dir else os.path.join
     train, test = (read_rows(join(args.data_dir, f"adult.{s}")) for s in ("data", "test"))
     return train, test
+
+
+def load_datasets(paths: list[str], args: argparse.Namespace) -> tuple[list[dict], list[dict]]:
+    """`el_submit --data TRAIN --data TEST` (examples/census_spark wrote them): with
+    MultiWorkerMirroredStrategy each worker reads its own share of the training rows (and
+    every worker runs the same number of steps: the whole set's); otherwise this process
+    feeds every step and reads them all. Every test row, for the evaluation."""
+    from tfyarn.data import read
+
+    if len(paths) != 2:
+        raise SystemExit("give two datasets: --data TRAIN --data TEST")
+    cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
+    args.sharded = "ps" not in cluster and len(cluster.get("worker", [])) > 1
+    args.steps = read.manifest(paths[0]).rows // args.batch_size
+    return (list(read.rows(paths[0], whole=not args.sharded)),
+            list(read.rows(paths[1], whole=True)))
+
+
+def encoder_state(paths: list[str]) -> dict | None:
+    """The encoder Spark computed over the whole training set (its manifest's extra)."""
+    from tfyarn.data import read
+
+    return read.manifest(paths[0]).extra.get("encoder")
 
 
 def age_bucket(age: str) -> str:
@@ -129,14 +154,23 @@ class Encoder:
     """Vocabularies and numeric scaling learnt on the training rows; ids share one table
     (each feature at its own offset) so the wide part is a single embedding."""
 
-    def __init__(self, rows: list[dict[str, str]]) -> None:
-        for r in rows:
-            r["age_bucket"] = age_bucket(r["age"])
+    log_cols = [NUMERIC.index("capital_gain"), NUMERIC.index("capital_loss")]
+
+    def __init__(self, rows: list[dict[str, str]] | None = None, state: dict | None = None):
+        """Learnt from `rows`, or from a `state` computed elsewhere (by Spark over the
+        whole training set: examples/census_spark), so every worker encodes alike."""
+        if state is None:
+            for r in rows:
+                r["age_bucket"] = age_bucket(r["age"])
+            num = np.array([[float(r[c]) for c in NUMERIC] for r in rows], dtype=np.float32)
+            num[:, self.log_cols] = np.log1p(num[:, self.log_cols])
+            state = {"vocab": {c: sorted({r[c] for r in rows}) for c in CATEGORICAL},
+                     "mean": num.mean(axis=0).tolist(), "std": num.std(axis=0).tolist()}
         self.offsets: dict[str, int] = {}
         self.vocab: dict[str, dict[str, int]] = {}
         size = 0
         for col in CATEGORICAL:
-            values = sorted({r[col] for r in rows})
+            values = state["vocab"][col]
             self.vocab[col] = {v: i + 1 for i, v in enumerate(values)}  # 0 = unseen
             self.offsets[col] = size
             size += len(values) + 1
@@ -145,10 +179,8 @@ class Encoder:
             self.offsets["x".join(cross)] = size
             size += HASH_BUCKETS
         self.size = size
-        num = np.array([[float(r[c]) for c in NUMERIC] for r in rows], dtype=np.float32)
-        self.log_cols = [NUMERIC.index("capital_gain"), NUMERIC.index("capital_loss")]
-        num[:, self.log_cols] = np.log1p(num[:, self.log_cols])
-        self.mean, self.std = num.mean(axis=0), num.std(axis=0) + 1e-6
+        self.mean = np.array(state["mean"], dtype=np.float32)
+        self.std = np.array(state["std"], dtype=np.float32) + 1e-6
 
     def ids(self, r: dict[str, str]) -> list[int]:
         out = [self.offsets[c] + self.vocab[c].get(r[c], 0) for c in CATEGORICAL]
@@ -282,6 +314,12 @@ class Epochs:
         self.writer.flush()
 
 
+def steps_per_epoch(args, labels) -> int:
+    """Global steps per epoch: the whole training set once (with --data, from its
+    manifest, the same on every worker whatever its share)."""
+    return getattr(args, "steps", None) or len(labels) // args.batch_size
+
+
 def train_here(args, enc, train, labels):
     """Single process (plain run, standalone, or chief with no workers)."""
     import keras
@@ -294,7 +332,7 @@ def train_here(args, enc, train, labels):
     step = make_step(tf.distribute.get_strategy(), model, optimizer, args.batch_size)
     it = iter(dataset(train, labels, args.batch_size, repeat=True))
     for epoch in range(epochs.start, args.epochs):
-        for _ in range(len(labels) // args.batch_size):
+        for _ in range(steps_per_epoch(args, labels)):
             loss = step(it)
         epochs.done(epoch + 1, loss)
     return model, epochs
@@ -319,7 +357,7 @@ def train_ps(args, enc, train, labels, resolver):
 
     it = iter(coordinator.create_per_worker_dataset(per_worker))
     for epoch in range(epochs.start, args.epochs):
-        for _ in range(len(labels) // args.batch_size):
+        for _ in range(steps_per_epoch(args, labels)):
             loss = coordinator.schedule(step, args=(it,))
         coordinator.join()
         epochs.done(epoch + 1, loss)
@@ -342,10 +380,15 @@ def train_mwms(args, enc, train, labels):
                         summaries=args.tensorboard_dir)
     per_replica = args.batch_size // strategy.num_replicas_in_sync
     ds = dataset(train, labels, per_replica * strategy.num_replicas_in_sync, repeat=True)
+    if getattr(args, "sharded", False):  # each worker read its own share already
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = \
+            tf.data.experimental.AutoShardPolicy.OFF
+        ds = ds.with_options(options)
     it = iter(strategy.experimental_distribute_dataset(ds))
     step = make_step(strategy, model, optimizer, args.batch_size)
     for epoch in range(epochs.start, args.epochs):
-        for _ in range(len(labels) // args.batch_size):
+        for _ in range(steps_per_epoch(args, labels)):
             loss = step(it)
         epochs.done(epoch + 1, loss)
     return model, epochs
@@ -373,7 +416,9 @@ def main(argv: list[str] | None = None) -> int:
         serve(resolver)
         return 0
     train_rows, test_rows = load(args)
-    enc = Encoder(train_rows)
+    paths = os.environ.get("TFYARN_DATA", "").split(",")
+    state = encoder_state(paths) if paths[0] and not args.synthetic else None
+    enc = Encoder(train_rows, state)
     (train, labels), (test, test_labels) = enc.transform(train_rows), enc.transform(test_rows)
     if "ps" in cluster and cluster.get("worker"):
         model, epochs = train_ps(args, enc, train, labels, resolver)

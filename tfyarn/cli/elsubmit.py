@@ -167,6 +167,7 @@ class ElSubmitArgs:
     wait_time: str | None = None
     command: tuple[str, ...] = ()
     env: tuple[str, ...] = ()
+    data: tuple[str, ...] = ()
     timeout: str | None = None
     queue: str | None = None
     python: str | None = None
@@ -337,6 +338,8 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
         command=join_command(a.command),
         files=parse_files(a.files, cwd),
         env=parse_env(a.env),
+        data=tuple(_local_path(parse_text("--data", p, "a dataset dir"), cwd) or p
+                   for p in a.data),
         runtime=runtime,
         stop_ps_when_done=parse_bool("-x", a.exit_ps),
         register_timeout_s=float(wait * 60),

@@ -72,7 +72,7 @@ def args_of(spec: JobSpec) -> ElSubmitArgs:
         workers_per_gpu=str(k) if spec.app_type in SHARED_GPU and k > 1 else None,
         procs_per_node=str(k) if spec.app_type in ALLREDUCE and k > 1 else None,
         wait_time=_whole(spec.register_timeout_s / 60), command=(spec.command,),
-        env=tuple(f"{key}={value}" for key, value in spec.env),
+        env=tuple(f"{key}={value}" for key, value in spec.env), data=spec.data,
         timeout=_whole(spec.timeout_s) if spec.timeout_s is not None else None,
         queue=spec.yarn.queue, python=spec.runtime.python, node_label=spec.yarn.node_label,
         am_memory=str(spec.yarn.am_memory_mb), am_vcores=str(spec.yarn.am_vcores),
@@ -117,6 +117,7 @@ def _absolute(data: dict, base: str) -> dict:
     for key in ("checkpoint_dir", "tensorboard_dir"):
         if isinstance(data.get(key), str):
             out[key] = fix(data[key])
+    out["data"] = [fix(p) if isinstance(p, str) else p for p in data.get("data") or ()]
     return out
 
 

@@ -6,6 +6,7 @@ the commands that need them, so `el_submit --help` stays instant.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import sys
@@ -73,7 +74,8 @@ EXT_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
      "the job dir locally, hdfs:///user/$USER/.tfyarn/checkpoints/APP_ID on YARN)"),
 )
 FLAGS = ("--local", "--dry-run", "--detach", "--force", "-h", "--help", "--version")
-VALUE_FLAGS = frozenset(f for f, *_ in EL_OPTIONS + EXT_OPTIONS) | {"--env", "--tag", "--job"}
+VALUE_FLAGS = frozenset(f for f, *_ in EL_OPTIONS + EXT_OPTIONS) | {"--env", "--tag", "--job",
+                                                                   "--data"}
 KNOWN = VALUE_FLAGS | set(FLAGS) | {"-c"}
 TFYARN_ONLY = sorted(f for f in KNOWN if f.startswith("--") and f not in ("--help",))
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -123,6 +125,9 @@ def _options(fn: Callable) -> Callable:
 @_options
 @click.option("-c", "command_marker", metavar="COMMAND...",
               help="the command to run; takes the rest of the line verbatim, quoted or not")
+@click.option("--data", "data", multiple=True, metavar="PATH",
+              help="a committed dataset (tfyarn.data.spark.write) every task reads (repeatable): "
+              "checked before submitting, given to tasks as TFYARN_DATA")
 @click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
               help="environment variable for every task (repeatable)")
 @click.option("--tag", "tags", multiple=True, metavar="TAG", help="YARN application tag")
@@ -152,9 +157,11 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, princip
         if bool(principal) != bool(keytab):
             raise SpecError("--principal and --keytab go together; give both or neither")
         filesmod.inventory(spec.files, spec.yarn.max_upload_mb)
+        data_env = _check_data(spec, settings)
         if dry_run:
             click.echo(jobfile.dump(spec), nl=False)
             return 0
+        spec = dataclasses.replace(spec, env=(*spec.env, *data_env))
         interact = _interact(args, local, detach)
         _warn_semantics(spec, args, local)
         if local:
@@ -202,6 +209,28 @@ def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
     if command:
         given["command"] = tuple(command)
     return args, jobfile.with_flags(path, given, os.getcwd())
+
+
+def _check_data(spec: Any, settings: Any) -> tuple[tuple[str, str], ...]:
+    """--data: each path a committed dataset with a shard for every reading task, before
+    anything is submitted; the tasks' env naming them (and the first one's columns)."""
+    if not spec.data:
+        return ()
+    from tfyarn.data import read
+
+    readers = spec.readers
+    schema = ""
+    for i, path in enumerate(spec.data):
+        try:
+            m = read.manifest(path)
+        except SpecError as exc:
+            raise SpecError(f"--data {exc}") from None
+        if len(m.shards) < readers:
+            raise SpecError(f"--data {path}: {len(m.shards)} shards for {readers} reading tasks "
+                            f"(chief and workers, or ranks); rewrite it with shards={readers} "
+                            "or more, or run fewer tasks")
+        schema = schema or (m.schema_json() if i == 0 else "")
+    return ((read.DATA_VAR, ",".join(spec.data)), (read.SCHEMA_VAR, schema))
 
 
 def _interact(args: Any, local: bool, detach: bool) -> bool:

@@ -160,6 +160,7 @@ class JobSpec:
     tensorboard_dir: str | None = None  # -log_tensorboard, when -enable_tensorboard True
     tensorboard_linger_s: float = 0.0  # TensorBoard stays this long after the job ended
     yarn: YarnOptions = field(default_factory=YarnOptions)
+    data: tuple[str, ...] = ()  # --data: committed datasets the tasks read (TFYARN_DATA)
 
     def __post_init__(self) -> None:
         if self.app_type not in APP_TYPES:
@@ -195,6 +196,11 @@ class JobSpec:
     def tasks(self) -> tuple[tfconfig.Task, ...]:
         """Every task of the job, ps first, in a stable order."""
         return tuple(tfconfig.Task(r.name, i) for r in self.roles for i in range(r.instances))
+
+    @property
+    def readers(self) -> int:
+        """Tasks that read --data: every task but the ps (chief and workers, or ranks)."""
+        return sum(1 for t in self.tasks() if t.type != "ps")
 
     @property
     def allreduce(self) -> bool:
@@ -238,6 +244,7 @@ class JobSpec:
         )
         d["files"] = tuple(ShippedFile(**f) for f in d.get("files", ()))
         d["env"] = tuple((k, v) for k, v in d.get("env", ()))
+        d["data"] = tuple(d.get("data", ()))
         d["runtime"] = Runtime(**d.get("runtime", {}))
         yarn = dict(d.get("yarn", {}))
         yarn["tags"] = tuple(yarn.get("tags", ()))

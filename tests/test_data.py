@@ -1,0 +1,313 @@
+"""tfyarn.data: Spark (pyspark 4.3.0, local[2]) to committed TFRecord/Parquet datasets,
+and the readers tasks use. Real Spark, real TensorFlow, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tfyarn.core.errors import SpecError
+from tfyarn.data import example as ex
+from tfyarn.data import read
+from tfyarn.data.manifest import NAME, Shard, assign
+
+pyspark = pytest.importorskip("pyspark")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from pyspark.sql import SparkSession
+
+    # the executors' python must import tfyarn (its writer runs there): this one
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+
+    # local[2,4]: two cores, and a failed task is retried (up to 4 attempts), as on YARN
+    session = (SparkSession.builder.master("local[2,4]").appName("tfyarn-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "4").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def tf_example(feats: dict) -> bytes:
+    """The same features through TensorFlow's own encoder."""
+    import tensorflow as tf
+
+    def one(kind, value):
+        values = [] if value is None else list(value) if isinstance(value, (list, tuple)) \
+            else [value]
+        if kind == ex.INT64:
+            return tf.train.Feature(int64_list=tf.train.Int64List(value=[int(v) for v in values]))
+        if kind == ex.FLOAT:
+            return tf.train.Feature(float_list=tf.train.FloatList(value=values))
+        return tf.train.Feature(bytes_list=tf.train.BytesList(
+            value=[v.encode() if isinstance(v, str) else v for v in values]))
+
+    return tf.train.Example(features=tf.train.Features(feature={
+        k: one(*v) for k, v in feats.items() if v[1] is not None})).SerializeToString(
+            deterministic=True)
+
+
+@pytest.mark.parametrize("feats", [
+    {"age": (ex.INT64, 39), "workclass": (ex.BYTES, "State-gov"), "w": (ex.FLOAT, 0.25)},
+    {"neg": (ex.INT64, [-1, -(2**63), 2**63 - 1, 0]), "flag": (ex.INT64, True),
+     "blob": (ex.BYTES, [b"\x00\xff", b"", "é"]), "fs": (ex.FLOAT, [1.5, -3.25e10, 0.0])},
+    {"empty": (ex.FLOAT, []), "none": (ex.INT64, None), "ünï": (ex.BYTES, "x" * 300)},
+])
+def test_examples_are_byte_for_byte_tfs_and_parse_back(tmp_path, feats):
+    import tensorflow as tf
+
+    mine = ex.example(feats)
+    assert mine == tf_example(feats)
+    path = tmp_path / "x.tfrecord"
+    path.write_bytes(b"".join(ex.records([mine, mine])))
+    assert [r.numpy() for r in tf.data.TFRecordDataset(str(path))] == [mine, mine]
+    with open(path, "rb") as f:
+        assert list(ex.read_records(f)) == [mine, mine]
+    parsed = ex.parse(mine)
+    for name, (kind, value) in feats.items():
+        if value is None:
+            assert name not in parsed
+            continue
+        values = list(value) if isinstance(value, (list, tuple)) else [value]
+        if kind == ex.BYTES:
+            values = [v.encode() if isinstance(v, str) else v for v in values]
+        got = parsed[name][1]
+        assert got == pytest.approx(values) if kind == ex.FLOAT else got == \
+            [int(v) for v in values] if kind == ex.INT64 else got == values
+
+
+def test_the_row_encoder_gives_the_reference_bytes():
+    """The writer's fast per-row encoder equals `example()` (itself TF's bytes)."""
+    import random
+
+    rng = random.Random(11)
+    columns = [("age", ex.INT64, False), ("w", ex.FLOAT, False), ("name", ex.BYTES, False),
+               ("ids", ex.INT64, True), ("a", ex.BYTES, True), ("big", ex.INT64, False),
+               ("ab", ex.FLOAT, True), ("flag", ex.INT64, False)]
+    encode = ex.encoder(columns)
+    for _ in range(300):
+        row = [rng.choice([None, rng.randint(-2**63, 2**63 - 1)]), rng.random() * 1e6,
+               rng.choice([None, "", "é" * rng.randint(0, 200)]),
+               [rng.randint(-5, 10**12) for _ in range(rng.randint(0, 5))],
+               [b"x" * rng.randint(0, 3)], rng.randint(0, 10**18), [0.5, -2.0], True]
+        reference = ex.example({n: (k, v) for (n, k, _), v in zip(columns, row, strict=True)})
+        assert encode(row) == reference
+
+
+def test_spark_types_map_to_example_features(spark, tmp_path):
+    from tfyarn.data import spark as tds
+
+    df = spark.sql("select cast(1 as tinyint) a, cast(2 as smallint) b, 3 c, cast(4 as bigint) d, "
+                   "true e, cast(0.5 as float) f, cast(0.25 as double) g, 'x' h, "
+                   "cast('y' as binary) i, array(1, 2) j, array(1.5d) k, array('p', 'q') l")
+    m = tds.write(df, str(tmp_path / "ds"))
+    kinds = {c.name: (c.kind, c.is_list) for c in m.columns}
+    assert kinds == {**{n: ("int64", False) for n in "abcde"}, "f": ("float", False),
+                     "g": ("float", False), "h": ("bytes", False), "i": ("bytes", False),
+                     "j": ("int64", True), "k": ("float", True), "l": ("bytes", True)}
+    (row,) = list(read.rows(str(tmp_path / "ds")))
+    assert row == {"a": 1, "b": 2, "c": 3, "d": 4, "e": 1, "f": 0.5, "g": 0.25, "h": "x",
+                   "i": "y", "j": [1, 2], "k": [1.5], "l": ["p", "q"]}
+    for bad in ("cast(1 as decimal(10,2))", "current_date()", "map('a', 1)"):
+        with pytest.raises(SpecError, match=r"column 'x' is .*cast it first"):
+            tds.write(spark.sql(f"select {bad} as x"), str(tmp_path / "bad"))
+    assert not (tmp_path / "bad").exists()  # refused before anything was written
+
+
+def rows_df(spark, sizes: list[int]):
+    """A DataFrame whose partitions hold `sizes[i]` rows (ids unique across them)."""
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    rdd = spark.sparkContext.parallelize(range(len(sizes)), len(sizes)).flatMap(
+        lambda i: [(starts[i] + j, float(j), f"p{i}") for j in range(sizes[i])])
+    return spark.createDataFrame(rdd, "id long, x double, part string")
+
+
+@pytest.mark.parametrize("fmt", ["tfrecord", "parquet"])
+def test_a_dataset_is_committed_by_its_manifest_and_a_rerun_replaces_it(spark, tmp_path, fmt):
+    from tfyarn.data import spark as tds
+
+    path = tmp_path / "ds"
+    first = tds.write(rows_df(spark, [30, 20, 10]), str(path), format=fmt)
+    assert first.format == fmt and first.rows == 60 and len(first.shards) == 3
+    assert {s.rows for s in first.shards} == {30, 20, 10}
+    assert read.manifest(str(path)) == first
+    second = tds.write(rows_df(spark, [5, 5]), str(path), format=fmt, shards=4)
+    assert read.manifest(str(path)) == second and second.rows == 10 and len(second.shards) == 4
+    generations = [p.name for p in path.iterdir() if p.name.startswith(".tfyarn-")]
+    assert generations == [second.shards[0].file.split("/")[0]]  # the old one is gone
+    assert sorted(r["id"] for r in read.rows(str(path))) == list(range(10))
+    files = sorted(p.name for p in (path / generations[0]).iterdir()
+                   if not p.name.endswith(".crc"))  # Hadoop's local checksums of kept files
+    assert files == sorted(s.file.split("/")[1] for s in second.shards)
+
+
+def test_a_killed_write_commits_nothing_and_a_rerun_succeeds(spark, tmp_path):
+    """SIGKILL while the executors write: no manifest, so readers and --data refuse the
+    directory; the same write run again commits it."""
+    path, gate = tmp_path / "ds", tmp_path / "gate"
+    script = f"""
+import os, time
+from pyspark.sql import SparkSession
+spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+from tfyarn.data import spark as tds
+def slow(i):
+    for j in range(100):
+        if j == 50:  # half-way: say so, then wait for a gate that never opens
+            open({str(gate)!r} + str(i), "w").close()
+            while True:
+                time.sleep(0.05)
+        yield (i * 100 + j, "x")
+rdd = spark.sparkContext.parallelize(range(2), 2).flatMap(slow)
+tds.write(spark.createDataFrame(rdd, "id long, s string"), {str(path)!r})
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not (Path(f"{gate}0").exists() or Path(f"{gate}1").exists()):
+        assert proc.poll() is None and time.monotonic() < deadline, "the write never started"
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (path / NAME).exists()
+    with pytest.raises(SpecError, match="no committed dataset"):
+        read.manifest(str(path))
+    out = subprocess.run([sys.executable, "-m", "tfyarn.cli", "-t", "standalone", "--local",
+                          "--data", str(path), "-c", "true"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 2 and out.stderr.startswith(f"Error: --data {path}: no committed")
+    assert "Traceback" not in out.stderr and not out.stdout  # nothing was started
+    from tfyarn.data import spark as tds
+
+    m = tds.write(rows_df(spark, [7, 8]), str(path))
+    assert m.rows == 15 and sorted(r["id"] for r in read.rows(str(path))) == list(range(15))
+
+
+def test_a_retried_task_leaves_no_duplicate_and_no_missing_row(spark, tmp_path):
+    """Each partition's first attempt dies half-way after its writer wrote rows; Spark
+    retries it: the manifest names only the successful attempts' files."""
+    from pyspark import TaskContext
+
+    from tfyarn.data import spark as tds
+
+    def flaky(i):
+        for j in range(200):
+            if j == 120 and TaskContext.get().attemptNumber() == 0:
+                raise RuntimeError("injected: the first attempt dies half-way")
+            yield (i * 1000 + j, f"r{j}")
+
+    rdd = spark.sparkContext.parallelize(range(3), 3).flatMap(flaky)
+    path = tmp_path / "ds"
+    m = tds.write(spark.createDataFrame(rdd, "id long, s string"), str(path))
+    ids = [r["id"] for r in read.rows(str(path))]
+    assert len(ids) == len(set(ids)) == 600 == m.rows
+    assert sorted(ids) == sorted(i * 1000 + j for i in range(3) for j in range(200))
+
+
+def test_three_readers_of_seven_skewed_shards_balance_and_read_each_row_once(spark, tmp_path,
+                                                                               monkeypatch):
+    from tfyarn.data import spark as tds
+
+    sizes = [1000, 50, 400, 10, 700, 300, 90]
+    m = tds.write(rows_df(spark, sizes), str(tmp_path / "ds"))
+    assert sorted(s.rows for s in m.shards) == sorted(sizes)
+    seen = []
+    for rank in range(3):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "3")
+        seen.append([r["id"] for r in read.rows(str(tmp_path / "ds"))])
+    counts = [len(s) for s in seen]
+    assert max(counts) - min(counts) <= max(sizes), counts
+    every = [i for s in seen for i in s]
+    assert sorted(every) == list(range(sum(sizes)))  # every row, exactly once
+
+
+def test_assign_bounds_the_imbalance_by_one_shard():
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        shards = [Shard(f"f{i}", rng.choice([1, 10, 100, 1000]) * rng.randint(1, 9), 0)
+                  for i in range(rng.randint(1, 30))]
+        readers = rng.randint(1, len(shards))
+        shares = assign(shards, readers)
+        loads = [sum(s.rows for s in share) for share in shares]
+        assert max(loads) - min(loads) <= max(s.rows for s in shards)
+        assert sorted(s.file for share in shares for s in share) == sorted(s.file for s in shards)
+
+
+def test_tf_config_readers_are_the_chief_then_the_workers():
+    cluster = {"ps": ["a:1"], "chief": ["b:1"], "worker": ["c:1", "d:1"]}
+    def who(kind, i):
+        return read.reader(env={"TF_CONFIG": json.dumps(
+            {"cluster": cluster, "task": {"type": kind, "index": i}})})
+    assert [who("chief", 0), who("worker", 0), who("worker", 1)] == [(0, 3), (1, 3), (2, 3)]
+    with pytest.raises(SpecError, match="ps:0 reads no data"):
+        who("ps", 0)
+
+
+def test_the_tfrecord_iterator_resumes_from_a_checkpoint(spark, tmp_path):
+    """Read 3 batches, checkpoint the iterator, and a new one restored from it goes on
+    with the 4th: what a restarted gang does with its checkpoint dir."""
+    import tensorflow as tf
+
+    from tfyarn.data import spark as tds
+
+    tds.write(rows_df(spark, [64, 64]), str(tmp_path / "ds"))
+    whole = [b["id"].numpy().tolist() for b in read.dataset(str(tmp_path / "ds"), 16)]
+    it = iter(read.dataset(str(tmp_path / "ds"), 16))
+    first = [next(it)["id"].numpy().tolist() for _ in range(3)]
+    saved = tf.train.Checkpoint(iterator=it).save(str(tmp_path / "ckpt" / "it"))
+    again = iter(read.dataset(str(tmp_path / "ds"), 16))
+    tf.train.Checkpoint(iterator=again).restore(saved)
+    rest = [b["id"].numpy().tolist() for b in again]
+    assert first + rest == whole and len(whole) == 8
+
+
+def test_parquet_reads_as_tf_data_and_rows(spark, tmp_path):
+    from tfyarn.data import spark as tds
+
+    df = spark.sql("select id, cast(id as double) / 2 x, if(id % 3 = 0, null, 'k') s "
+                   "from range(0, 100, 1, 3)")
+    tds.write(df, str(tmp_path / "pq"), format="parquet")
+    ids = sorted(int(i) for b in read.dataset(str(tmp_path / "pq"), 32) for i in b["id"].numpy())
+    assert ids == list(range(100))
+    rows = {r["id"]: r for r in read.rows(str(tmp_path / "pq"))}
+    assert rows[3]["s"] is None and rows[4] == {"id": 4, "x": 2.0, "s": "k"}
+
+
+def test_tfrecord_on_the_sandboxes_hdfs(spark, sandbox, monkeypatch):
+    """hdfs:// for real: executors write over WebHDFS, the driver commits through Spark's
+    Hadoop client, a rerun replaces the dataset, and the gateway's reader (WebHDFS, no
+    TensorFlow) reads every row once; Hadoop's own shell sees what the manifest names."""
+    import uuid
+
+    from tfyarn.data import spark as tds
+
+    monkeypatch.setenv("HADOOP_CONF_DIR", sandbox["HADOOP_CONF_DIR"])
+    monkeypatch.setenv("HADOOP_USER_NAME", os.environ.get("USER", "root"))
+    from tfyarn.hdfs.siteconf import read_site
+
+    core = read_site(os.path.join(sandbox["HADOOP_CONF_DIR"], "core-site.xml"))
+    base = f"/tmp/tfyarn-data-{uuid.uuid4().hex[:8]}"
+    url = core["fs.defaultFS"].rstrip("/") + base
+    tds.write(rows_df(spark, [40, 60]), url)
+    m = tds.write(rows_df(spark, [30, 30, 30]), url)
+    assert read.manifest(url) == m and m.rows == 90
+    assert sorted(r["id"] for r in read.rows(url)) == list(range(90))
+    dfs = [f"{sandbox['HADOOP_HOME']}/bin/hdfs", "dfs"]
+    env = {**os.environ, **sandbox, "HADOOP_ROOT_LOGGER": "ERROR,console"}
+    listing = subprocess.run([*dfs, "-ls", "-R", base], env=env, capture_output=True, text=True,
+                             check=True).stdout
+    data = sorted(line.rsplit(base + "/", 1)[1] for line in listing.splitlines()
+                  if line.endswith(".tfrecord"))
+    assert data == sorted(s.file for s in m.shards)  # the first write's generation is gone
+    subprocess.run([*dfs, "-rm", "-r", "-f", base], env=env, capture_output=True)

@@ -1,0 +1,7 @@
+"""Training data from Spark to tasks: Example/TFRecord encoding, committed datasets
+(a manifest as the commit point), and what tasks read: `tfyarn.data.dataset()` (tf.data)
+and `tfyarn.data.rows()` (plain Python, for PyTorch and Horovod)."""
+
+from tfyarn.data.read import dataset, rows
+
+__all__ = ["dataset", "rows"]

@@ -1,0 +1,218 @@
+"""What a task reads of a committed dataset: its share, as tf.data or as plain rows.
+
+Each reading task gets a disjoint set of whole shards, balanced by the manifest's row
+counts (`manifest.assign`), so every row is read exactly once per epoch across the job.
+Who reads:
+- allreduce jobs (pytorch, tensorflow-mpi): every rank (RANK of WORLD_SIZE);
+- TF jobs: the chief and the workers, in that order (ps read nothing);
+- with a `tf.distribute.InputContext` (ParameterServerStrategy's per-worker datasets):
+  its pipeline id of its pipeline count.
+A TFRecord dataset is a `TFRecordDataset`, whose iterator state a `tf.train.Checkpoint`
+saves (a restarted job resumes where it stopped). Parquet is read through pyarrow, one
+row group at a time, never a whole file in memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator, Mapping
+from typing import IO, Any
+
+from tfyarn.core.errors import SpecError
+from tfyarn.data import example as ex
+from tfyarn.data.manifest import NAME, Manifest, Shard, assign
+
+DATA_VAR = "TFYARN_DATA"  # the job's --data paths, comma-separated
+SCHEMA_VAR = "TFYARN_DATA_SCHEMA"  # the first one's columns (JSON)
+
+
+def data_paths(env: Mapping[str, str] | None = None) -> list[str]:
+    raw = (os.environ if env is None else env).get(DATA_VAR, "")
+    return [p for p in raw.split(",") if p]
+
+
+def reader(input_context: Any = None, env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """This task's reader index and the number of readers."""
+    e = os.environ if env is None else env
+    if input_context is not None:
+        return int(input_context.input_pipeline_id), int(input_context.num_input_pipelines)
+    if e.get("RANK") and e.get("WORLD_SIZE"):
+        return int(e["RANK"]), int(e["WORLD_SIZE"])
+    if e.get("TF_CONFIG"):
+        config = json.loads(e["TF_CONFIG"])
+        cluster, task = config.get("cluster", {}), config.get("task", {})
+        readers = [("chief", i) for i in range(len(cluster.get("chief", [])))] + \
+                  [("worker", i) for i in range(len(cluster.get("worker", [])))]
+        me = (task.get("type"), int(task.get("index", 0)))
+        if me not in readers:
+            raise SpecError(f"{me[0]}:{me[1]} reads no data (only the chief and the workers "
+                            "do); call tfyarn.data.dataset in them")
+        return readers.index(me), len(readers)
+    return 0, 1
+
+
+@contextlib.contextmanager
+def open_file(url: str) -> Iterator[IO[bytes]]:
+    """A file of a dataset: local, or on HDFS through TensorFlow's filesystem once TF is
+    loaded with an hdfs:// filesystem (tfyarn's plugin, in tasks), else over WebHDFS."""
+    if "://" not in url or url.startswith("file://"):
+        with open(url.removeprefix("file://"), "rb") as f:
+            yield f
+    elif _tf_reads(url):
+        import tensorflow as tf
+
+        with tf.io.gfile.GFile(url, "rb") as f:
+            yield f
+    else:
+        from tfyarn.core.settings import Settings
+        from tfyarn.hdfs import webhdfs
+
+        settings = Settings.from_environ()
+        client = webhdfs.client_for(url, settings.conf_dir(), settings.user)
+        with webhdfs.failing_as(f"cannot read {url}"):
+            found = client.status(webhdfs.hdfs_path(url), strict=False) is not None
+        if not found:
+            raise FileNotFoundError(f"{url} does not exist")
+        with webhdfs.failing_as(f"cannot read {url}"), \
+                client.read(webhdfs.hdfs_path(url)) as f:
+            yield f
+
+
+def _tf_reads(url: str) -> bool:
+    """TensorFlow is loaded and reads this scheme (in a task: tfyarn's hdfs:// plugin)."""
+    if "tensorflow" not in sys.modules:
+        return False
+    import tensorflow as tf
+
+    return url.split("://", 1)[0] in tf.io.gfile.get_registered_schemes()
+
+
+def manifest(path: str) -> Manifest:
+    """The committed manifest of the dataset at `path`; none means not a dataset (yet)."""
+    where = f"{path.rstrip('/')}/{NAME}"
+    try:
+        with open_file(where) as f:
+            text = f.read()
+    except (FileNotFoundError, OSError) as exc:
+        raise SpecError(f"{path}: no committed dataset ({NAME} missing: {exc}); write it "
+                        "with tfyarn.data.spark.write (a write that died commits nothing)")\
+            from None
+    return Manifest.from_json(text.decode() if isinstance(text, bytes) else text, where)
+
+
+def share(path: str, input_context: Any = None) -> tuple[Manifest, list[Shard]]:
+    m = manifest(path)
+    index, readers = reader(input_context)
+    if len(m.shards) < readers:
+        raise SpecError(f"{path} has {len(m.shards)} shards for {readers} readers; rewrite it "
+                        f"with shards={readers} or more")
+    return m, assign(m.shards, readers)[index]
+
+
+def dataset(path: str | None = None, batch_size: int | None = None, *,
+            input_context: Any = None) -> Any:
+    """This task's share as a `tf.data.Dataset` of feature dicts (batched when
+    `batch_size`): `path` defaults to the job's first `--data`."""
+    import tensorflow as tf
+
+    path = path or _first_path()
+    m, mine = share(path, input_context)
+    files = [f"{path.rstrip('/')}/{s.file}" for s in mine]
+    if m.format == "parquet":
+        return _parquet_dataset(tf, m, files, batch_size)
+    spec = {c.name: _feature_spec(tf, c) for c in m.columns}
+    ds = tf.data.TFRecordDataset(files)
+    if batch_size:
+        ds = ds.batch(batch_size).map(lambda b: tf.io.parse_example(b, spec),
+                                      num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    else:
+        ds = ds.map(lambda r: tf.io.parse_single_example(r, spec),
+                    num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _feature_spec(tf: Any, c: Any) -> Any:
+    dtype = {ex.INT64: tf.int64, ex.FLOAT: tf.float32, ex.BYTES: tf.string}[c.kind]
+    if c.is_list:
+        return tf.io.VarLenFeature(dtype)
+    default = {ex.INT64: 0, ex.FLOAT: 0.0, ex.BYTES: b""}[c.kind]
+    return tf.io.FixedLenFeature([], dtype, default_value=default)
+
+
+def _parquet_dataset(tf: Any, m: Manifest, files: list[str], batch_size: int | None) -> Any:
+    """Parquet through pyarrow, a row group at a time (a generator: its iterator state is
+    not checkpointable; TFRecord's is)."""
+    scalars = [c for c in m.columns if not c.is_list]
+    types = {ex.INT64: tf.int64, ex.FLOAT: tf.float32, ex.BYTES: tf.string}
+    sig = {c.name: tf.TensorSpec([None], types[c.kind]) for c in scalars}
+
+    def batches() -> Iterator[dict]:
+        for batch in _parquet_batches(files, batch_size or 1024, [c.name for c in scalars]):
+            yield {c.name: batch[c.name] for c in scalars}
+
+    ds = tf.data.Dataset.from_generator(batches, output_signature=sig)
+    return ds if batch_size else ds.unbatch()
+
+
+def _parquet_batches(files: list[str], size: int, columns: list[str]) -> Iterator[dict]:
+    """Column arrays of `size` rows; a null is its kind's default, as in TFRecord."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    def filled(col: Any) -> Any:
+        if not col.null_count:
+            return col
+        kind = col.type
+        default = "" if pa.types.is_string(kind) else b"" if pa.types.is_binary(kind) \
+            else 0.0 if pa.types.is_floating(kind) else 0
+        return pc.fill_null(col, pa.scalar(default, type=kind))
+
+    for url in files:
+        with open_file(url) as f:
+            pf = pq.ParquetFile(f)
+            for batch in pf.iter_batches(batch_size=size, columns=columns):
+                yield {name: filled(batch.column(name)).to_numpy(zero_copy_only=False)
+                       for name in columns}
+
+
+def rows(path: str | None = None, whole: bool = False) -> Iterator[dict[str, Any]]:
+    """This task's share (`whole`: every row, e.g. for evaluation) as plain dicts (no
+    TensorFlow: for PyTorch and Horovod jobs too); a list column is a list, a scalar a
+    value (None where the row had a null)."""
+    path = path or _first_path()
+    m, mine = (manifest(path), None) if whole else share(path)
+    mine = list(m.shards) if mine is None else mine
+    files = [f"{path.rstrip('/')}/{s.file}" for s in mine]
+    if m.format == "parquet":
+        import pyarrow.parquet as pq
+
+        for url in files:
+            with open_file(url) as f:
+                for batch in pq.ParquetFile(f).iter_batches():
+                    yield from batch.to_pylist()
+        return
+    for url in files:
+        with open_file(url) as f:
+            for data in ex.read_records(f):
+                parsed = ex.parse(data)
+                yield {c.name: _plain(c, parsed.get(c.name)) for c in m.columns}
+
+
+def _plain(c: Any, parsed: tuple[str, list] | None) -> Any:
+    if parsed is None:
+        return [] if c.is_list else None
+    values = [v.decode() if isinstance(v, bytes) and c.kind == ex.BYTES else v
+              for v in parsed[1]]
+    return values if c.is_list else (values[0] if values else None)
+
+
+def _first_path() -> str:
+    paths = data_paths()
+    if not paths:
+        raise SpecError(f"no dataset given: pass a path, or submit with --data PATH "
+                        f"({DATA_VAR} is not set)")
+    return paths[0]
