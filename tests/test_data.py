@@ -310,4 +310,24 @@ def test_tfrecord_on_the_sandboxes_hdfs(spark, sandbox, monkeypatch):
     data = sorted(line.rsplit(base + "/", 1)[1] for line in listing.splitlines()
                   if line.endswith(".tfrecord"))
     assert data == sorted(s.file for s in m.shards)  # the first write's generation is gone
-    subprocess.run([*dfs, "-rm", "-r", "-f", base], env=env, capture_output=True)
+    pq = tds.write(rows_df(spark, [25, 35]), f"{url}-parquet", format="parquet")
+    got = sorted(r["id"] for r in read.rows(f"{url}-parquet"))  # seeks over WebHDFS ranges
+    assert pq.format == "parquet" and got == list(range(60))
+    subprocess.run([*dfs, "-rm", "-r", "-f", base, f"{base}-parquet"], env=env,
+                   capture_output=True)
+
+
+def test_data_with_fewer_shards_than_readers_is_refused_before_anything_starts(spark,
+                                                                                tmp_path):
+    from tfyarn.data import spark as tds
+
+    tds.write(rows_df(spark, [5, 5]), str(tmp_path / "ds"))
+    out = subprocess.run([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-ps", "-wn",
+                          "3", "--local", "--data", str(tmp_path / "ds"), "-c", "true"],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert out.returncode == 2 and not out.stdout, out.stderr
+    assert out.stderr.strip() == (f"Error: --data {tmp_path / 'ds'}: 2 shards for 3 reading "
+                                  "tasks (chief and workers, or ranks); rewrite it with "
+                                  "shards=3 or more, or run fewer tasks")
+    assert not list(tmp_path.glob("tfyarn-local_*"))  # no job dir: nothing was started

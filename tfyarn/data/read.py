@@ -71,13 +71,7 @@ def open_file(url: str) -> Iterator[IO[bytes]]:
         from tfyarn.hdfs import webhdfs
 
         settings = Settings.from_environ()
-        client = webhdfs.client_for(url, settings.conf_dir(), settings.user)
-        with webhdfs.failing_as(f"cannot read {url}"):
-            found = client.status(webhdfs.hdfs_path(url), strict=False) is not None
-        if not found:
-            raise FileNotFoundError(f"{url} does not exist")
-        with webhdfs.failing_as(f"cannot read {url}"), \
-                client.read(webhdfs.hdfs_path(url)) as f:
+        with webhdfs.open_range(url, settings.conf_dir(), settings.user) as f:
             yield f
 
 

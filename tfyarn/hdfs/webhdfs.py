@@ -10,6 +10,7 @@ the HDFS cache); tasks read HDFS through libhdfs.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import urllib.parse
 from collections.abc import Iterator
@@ -76,3 +77,53 @@ def _copy(client: Any, path: str, target: str) -> None:
     with client.read(path) as src, open(target, "wb") as dst:
         for chunk in iter(lambda: src.read(1 << 20), b""):
             dst.write(chunk)
+
+
+class RangeFile(io.RawIOBase):
+    """A seekable, read-only HDFS file over WebHDFS: each read asks for its byte range
+    (OPEN with offset and length), so Parquet readers can seek to the footer and stream
+    row groups without the whole file in memory. Wrap it in io.BufferedReader."""
+
+    def __init__(self, client: Any, path: str) -> None:
+        super().__init__()
+        self.client, self.path = client, path
+        self.size = int(client.status(path)["length"])
+        self.pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        self.pos = max(0, base + offset)
+        return self.pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.size - self.pos)
+        if n <= 0:
+            return 0
+        with failing_as(f"cannot read hdfs://{self.path} over WebHDFS"), \
+                self.client.read(self.path, offset=self.pos, length=n) as r:
+            data = r.read()
+        buffer[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+def open_range(uri: str, conf_dir: str | None, user: str,
+               buffer_size: int = 8 << 20) -> io.BufferedReader:
+    """A buffered, seekable reader of an HDFS file (FileNotFoundError when it is not
+    there); reads of `buffer_size` bytes at a time."""
+    client = client_for(uri, conf_dir, user)
+    path = hdfs_path(uri)
+    with failing_as(f"cannot read {uri} over WebHDFS"):
+        found = client.status(path, strict=False) is not None
+    if not found:
+        raise FileNotFoundError(f"{uri} does not exist")
+    return io.BufferedReader(RangeFile(client, path), buffer_size=buffer_size)
