@@ -310,6 +310,11 @@ def test_tfrecord_on_the_sandboxes_hdfs(spark, sandbox, monkeypatch):
     data = sorted(line.rsplit(base + "/", 1)[1] for line in listing.splitlines()
                   if line.endswith(".tfrecord"))
     assert data == sorted(s.file for s in m.shards)  # the first write's generation is gone
+    conf = spark.sparkContext._jsc.hadoopConfiguration()  # a viewfs mount of this dir
+    conf.set("fs.viewfs.mounttable.tfyarntest.link./mounted", url)
+    viewed = tds.write(rows_df(spark, [10, 10]), "viewfs://tfyarntest/mounted/v")
+    assert sorted(r["id"] for r in read.rows(f"{url}/v")) == list(range(20))
+    assert viewed == read.manifest(f"{url}/v")
     pq = tds.write(rows_df(spark, [25, 35]), f"{url}-parquet", format="parquet")
     got = sorted(r["id"] for r in read.rows(f"{url}-parquet"))  # seeks over WebHDFS ranges
     assert pq.format == "parquet" and got == list(range(60))

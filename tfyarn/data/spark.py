@@ -73,8 +73,9 @@ def write(df: Any, path: str, format: str = "tfrecord", shards: int | None = Non
     if format == "parquet":
         written = _parquet(parts, fs, generation)
     else:
-        sink = _sink(df.sparkSession, fs.root)
-        writer = _partition_writer(columns, f"{fs.root}/{generation}", sink)
+        target = fs.resolved()  # viewfs:// (a mount table): the hdfs:// it stands for
+        sink = _sink(df.sparkSession, target)
+        writer = _partition_writer(columns, f"{target}/{generation}", sink)
         written = sorted(parts.rdd.mapPartitionsWithIndex(writer).collect())
     manifest = Manifest(format, columns, tuple(
         Shard(f"{generation}/{name}", rows, size, crc) for _, name, rows, size, crc in written),
@@ -109,8 +110,8 @@ def _sink(spark: Any, root: str) -> tuple[str, str | None, str | None]:
     if scheme == "file":
         return "file", None, None
     if scheme != "hdfs":
-        raise SpecError(f"{root}: format='tfrecord' writes to hdfs:// or file:// paths; use "
-                        "format='parquet' for other filesystems")
+        raise SpecError(f"{root}: format='tfrecord' writes to hdfs:// (viewfs:// mounts of it) "
+                        "or file:// paths; use format='parquet' for other filesystems")
     conf = spark._jsc.hadoopConfiguration()
     if (conf.get("hadoop.security.authentication") or "simple").lower() != "simple":
         raise SpecError(f"{root}: format='tfrecord' writes over WebHDFS without Kerberos; "
@@ -175,9 +176,16 @@ class HadoopFs:
         self.fs = path.getFileSystem(self.conf)
         self.root = str(self.fs.makeQualified(path)).rstrip("/")  # hdfs:///x: its NameNode
 
-    def _path(self, rel_or_url: str) -> Any:
-        url = rel_or_url if "://" in rel_or_url else f"{self.root}/{rel_or_url}"
-        return self.jvm.org.apache.hadoop.fs.Path(url)
+    def _path(self, rel: str) -> Any:
+        """A path under the dataset dir ("" is the dir itself)."""
+        return self.jvm.org.apache.hadoop.fs.Path(f"{self.root}/{rel}" if rel else self.root)
+
+    def resolved(self) -> str:
+        """The dataset dir (created) as its filesystem really serves it: a viewfs:// path
+        resolved through the mount table; other paths as they are."""
+        root = self.jvm.org.apache.hadoop.fs.Path(self.root)
+        self.fs.mkdirs(root)
+        return str(self.fs.resolvePath(root)).rstrip("/")
 
     def list(self, rel: str) -> list[str]:
         return [s.getPath().getName() for s in self.fs.listStatus(self._path(rel))]
