@@ -175,25 +175,6 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, princip
 
 def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
          job_file: str | None) -> tuple[Any, Any]:
-    """The el_submit flags and the job they give; with a job file, the file's job with
-    the typed flags laid over it."""
-    from tfyarn.cli import jobfile
-    from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
-
-    if job_option and job_file and job_option != job_file:
-        raise SpecError(f"two job files ({job_file}, --job {job_option}); give one")
-    args = ElSubmitArgs(command=tuple(command), **raw)
-    path = job_option or job_file
-    if path is None:
-        return args, from_el_submit(args, os.getcwd())
-    given = {k: v for k, v in raw.items() if v not in (None, (), False)}
-    if command:
-        given["command"] = tuple(command)
-    return args, jobfile.with_flags(path, given, os.getcwd())
-
-
-def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
-         job_file: str | None) -> tuple[Any, Any]:
     """The typed el_submit flags and the job they give; with a job file, the file's job
     with the typed flags laid over it."""
     from tfyarn.cli import jobfile
@@ -219,8 +200,8 @@ def _check_data(spec: Any, settings: Any) -> tuple[tuple[str, str], ...]:
     from tfyarn.data import read
 
     readers = spec.readers
-    schema = ""
-    for i, path in enumerate(spec.data):
+    manifests = []
+    for path in spec.data:
         try:
             m = read.manifest(path)
         except SpecError as exc:
@@ -229,8 +210,8 @@ def _check_data(spec: Any, settings: Any) -> tuple[tuple[str, str], ...]:
             raise SpecError(f"--data {path}: {len(m.shards)} shards for {readers} reading tasks "
                             f"(chief and workers, or ranks); rewrite it with shards={readers} "
                             "or more, or run fewer tasks")
-        schema = schema or (m.schema_json() if i == 0 else "")
-    return ((read.DATA_VAR, ",".join(spec.data)), (read.SCHEMA_VAR, schema))
+        manifests.append(m)
+    return ((read.DATA_VAR, ",".join(spec.data)), (read.SCHEMA_VAR, manifests[0].schema_json()))
 
 
 def _interact(args: Any, local: bool, detach: bool) -> bool:

@@ -325,12 +325,15 @@ class Watcher:
 # ---------------------------------------------------------------- lifecycle commands
 
 
+def rest_client(opts: ClientOptions) -> rm.RestClient:
+    settings = Settings.from_environ()
+    return rm.RestClient.from_conf_dir(settings.conf_dir(opts.conf_dir), settings.user)
+
+
 def rest_report(app_id: str, opts: ClientOptions) -> dict | None:
     """The RM's report as a dict (state, finalStatus, ...), or None where REST can't serve."""
-    settings = Settings.from_environ()
     try:
-        return rm.RestClient.from_conf_dir(settings.conf_dir(opts.conf_dir),
-                                           settings.user).app(app_id)
+        return rest_client(opts).app(app_id)
     except rm.NotFound:
         raise TfYarnError(f"no application {app_id} (list them: tfyarn ls --all)") from None
     except rm.Unavailable:
@@ -516,11 +519,9 @@ def kill(app_id: str, opts: ClientOptions | None = None) -> int:
 def ls(show_all: bool, opts: ClientOptions | None = None) -> int:
     opts = opts or ClientOptions()
     states = rm.ALL_STATES if show_all else rm.ACTIVE_STATES
-    settings = Settings.from_environ()
     try:
-        rest = rm.RestClient.from_conf_dir(settings.conf_dir(opts.conf_dir), settings.user)
         rows = [(a["id"], a.get("name", ""), a.get("state", ""), a.get("finalStatus", ""),
-                 a.get("startedTime", 0)) for a in rest.apps(appspec.APP_TAG, states)]
+                 a.get("startedTime", 0)) for a in rest_client(opts).apps(appspec.APP_TAG, states)]
     except rm.Unavailable:
         rows = _ls_skein(show_all, opts)
     rows.sort(key=lambda r: r[4] or 0, reverse=True)

@@ -128,9 +128,10 @@ def job_tasks(store: kvmod.KV) -> list[Task] | None:
     return None if raw is None else [Task.parse(t) for t in json.loads(raw)]
 
 
-def current(store: kvmod.KV) -> tuple[int, list[dict], list[TaskState]]:
-    """The attempt now running, how the earlier ones ended, and its tasks' states (every
-    task of the job once the driver published them)."""
+def current(store: kvmod.KV, tasks: Iterable[Task] | None = None
+            ) -> tuple[int, list[dict], list[TaskState]]:
+    """The attempt now running, how the earlier ones ended, and the states of `tasks`
+    (default: every task of the job once the driver published them)."""
     attempt, earlier = kvmod.attempts(store)
     snap = read(kvmod.Scoped(store, attempt))
-    return attempt, earlier, snap.states(job_tasks(store))
+    return attempt, earlier, snap.states(job_tasks(store) if tasks is None else tasks)

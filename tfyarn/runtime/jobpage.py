@@ -68,11 +68,9 @@ class View:
 def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
               logs: Callable[[Task], str | None]) -> View:
     """The page's data from the store: the current attempt's tasks, or the final status."""
-    attempt, earlier, states = taskstate.current(store)
-    known = {s.task: s for s in states}
-    rows = tuple(TaskRow(str(t), known[t].addr or "-", known[t].state.value, known[t].detail(),
-                         logs(t)) if t in known else TaskRow(str(t), "-", "waiting", "", logs(t))
-                 for t in spec.tasks())
+    attempt, earlier, states = taskstate.current(store, spec.tasks())
+    rows = tuple(TaskRow(str(s.task), s.addr or "-", s.state.value, s.detail(), logs(s.task))
+                 for s in states)
     raw_status, tb = store.get(kvmod.STATUS), store.get(kvmod.TENSORBOARD)
     tensorboard = json.loads(tb).get("url") if tb else None
     said = tuple(f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}" for a in earlier)
