@@ -738,6 +738,38 @@ def test_census_from_spark_on_yarn_trains_from_hdfs(apps, tmp_path):
     assert sum(shares) == 32561, shares  # each worker its own share, every row once
 
 
+SPARK_WRITE = """
+import sys
+from pyspark.sql import SparkSession
+from tfyarn.data import spark as tds
+spark = (SparkSession.builder.master("yarn").appName("tfyarn-jni-write")
+         .config("spark.ui.enabled", "false").config("spark.executor.instances", "2")
+         .config("spark.executor.memory", "1g")
+         .config("spark.hadoop.dfs.webhdfs.enabled", "false").getOrCreate())
+assert tds._sink(spark, sys.argv[1])[0] == "hadoop"
+m = tds.write(spark.range(0, 1000, numPartitions=4), sys.argv[1])
+print(m.rows, len(m.shards))
+spark.stop()
+"""
+
+
+def test_spark_executors_on_yarn_write_through_hadoops_client(tmp_path):
+    """Where WebHDFS cannot serve (here: turned off; also s3a://, Kerberos), Spark's
+    executors in YARN containers write TFRecord through libhdfs, finding Hadoop from
+    what YARN gives a container; every row is there once."""
+    import uuid
+
+    from tfyarn.data import read
+
+    url = f"hdfs:///tmp/tfyarn-jni-{uuid.uuid4().hex[:8]}"
+    out = subprocess.run([sys.executable, "-c", SPARK_WRITE, url], capture_output=True,
+                         text=True, timeout=600, env={**os.environ,
+                                                      "PYSPARK_PYTHON": sys.executable})
+    assert out.returncode == 0 and out.stdout.split() == ["1000", "4"], out.stderr[-5000:]
+    assert sorted(r["id"] for r in read.rows(url)) == list(range(1000))
+    hdfs_cli("-rm", "-r", "-f", url)
+
+
 def test_data_that_is_not_committed_is_refused_before_submitting(tmp_path):
     import uuid
 

@@ -322,6 +322,53 @@ def test_tfrecord_on_the_sandboxes_hdfs(spark, sandbox, monkeypatch):
                    capture_output=True)
 
 
+def test_tfrecord_through_hadoops_own_client_where_webhdfs_cannot_serve(spark, sandbox,
+                                                                         monkeypatch, tmp_path):
+    """A cluster whose client config turns WebHDFS off (as on many secured clusters; the
+    same path serves s3a://, gs:// and Kerberos): the executors write through Hadoop's own
+    client, libhdfs in each Python worker, found from HADOOP_HOME alone; the gateway reads
+    it back the same way; Hadoop's shell sees the files the manifest names."""
+    import shutil
+    import uuid
+
+    from tfyarn.data import spark as tds
+    from tfyarn.hdfs.siteconf import read_site
+
+    conf_dir = tmp_path / "conf"  # the sandbox's client config, WebHDFS off
+    shutil.copytree(sandbox["HADOOP_CONF_DIR"], conf_dir)
+    site = (conf_dir / "hdfs-site.xml").read_text()
+    (conf_dir / "hdfs-site.xml").write_text(site.replace("</configuration>", (
+        "<property><name>dfs.webhdfs.enabled</name><value>false</value></property>"
+        "</configuration>")))
+    env = {"HADOOP_CONF_DIR": str(conf_dir), "HADOOP_HOME": sandbox["HADOOP_HOME"],
+           "JAVA_HOME": sandbox["JAVA_HOME"]}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)  # the gateway's reader
+        monkeypatch.setitem(spark.sparkContext.environment, name, value)  # executors
+    for name in ("CLASSPATH", "ARROW_LIBHDFS_DIR"):  # found from HADOOP_HOME, as on a node
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HADOOP_USER_NAME", os.environ.get("USER", "root"))
+    hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()  # the driver's view
+    hadoop_conf.set("dfs.webhdfs.enabled", "false")
+    try:
+        url = read_site(str(conf_dir / "core-site.xml"))["fs.defaultFS"].rstrip("/") + \
+            f"/tmp/tfyarn-jni-{uuid.uuid4().hex[:8]}"
+        assert tds._sink(spark, url)[0] == "hadoop"
+        m = tds.write(rows_df(spark, [30, 45]), url)
+    finally:
+        hadoop_conf.unset("dfs.webhdfs.enabled")
+    assert m.rows == 75 and read.manifest(url) == m
+    assert sorted(r["id"] for r in read.rows(url)) == list(range(75))
+    dfs = [f"{sandbox['HADOOP_HOME']}/bin/hdfs", "dfs"]
+    shell = {**os.environ, **sandbox, "HADOOP_ROOT_LOGGER": "ERROR,console"}
+    listing = subprocess.run([*dfs, "-ls", "-R", url], env=shell, capture_output=True,
+                             text=True, check=True).stdout
+    assert sorted(line.rsplit("/", 1)[1] for line in listing.splitlines()
+                  if line.endswith(".tfrecord")) == sorted(s.file.rsplit("/", 1)[1]
+                                                           for s in m.shards)
+    subprocess.run([*dfs, "-rm", "-r", "-f", url], env=shell, capture_output=True)
+
+
 def test_data_with_fewer_shards_than_readers_is_refused_before_anything_starts(spark,
                                                                                 tmp_path):
     from tfyarn.data import spark as tds

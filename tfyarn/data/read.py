@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import sys
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
@@ -56,8 +57,10 @@ def reader(input_context: Any = None, env: Mapping[str, str] | None = None) -> t
 
 @contextlib.contextmanager
 def open_file(url: str) -> Iterator[IO[bytes]]:
-    """A file of a dataset: local, or on HDFS through TensorFlow's filesystem once TF is
-    loaded with an hdfs:// filesystem (tfyarn's plugin, in tasks), else over WebHDFS."""
+    """A file of a dataset: local; through TensorFlow's filesystem once TF is loaded with
+    one for the scheme (tfyarn's hdfs:// plugin, in tasks); hdfs:// and viewfs:// over
+    WebHDFS with simple auth; else (s3a://, gs://..., Kerberos, WebHDFS off) through
+    Hadoop's own client."""
     if "://" not in url or url.startswith("file://"):
         with open(url.removeprefix("file://"), "rb") as f:
             yield f
@@ -68,11 +71,22 @@ def open_file(url: str) -> Iterator[IO[bytes]]:
             yield f
     else:
         from tfyarn.core.settings import Settings
-        from tfyarn.hdfs import webhdfs
+        from tfyarn.hdfs import jni, siteconf, webhdfs
 
         settings = Settings.from_environ()
-        with webhdfs.open_range(url, settings.conf_dir(), settings.user) as f:
-            yield f
+        conf_dir = settings.conf_dir()
+        site = {}
+        for name in ("core-site.xml", "hdfs-site.xml") if conf_dir else ():
+            site.update(siteconf.read_site(os.path.join(conf_dir, name)))
+        simple = site.get("hadoop.security.authentication", "simple").lower() == "simple"
+        web_on = site.get("dfs.webhdfs.enabled", "true").lower() == "true"
+        if simple and web_on and url.split("://", 1)[0] in ("hdfs", "viewfs"):
+            with webhdfs.open_range(url, conf_dir, settings.user) as f:
+                yield f
+        else:
+            fs = jni.filesystem(url, settings.user if simple else None)
+            with fs.open_input_file(urllib.parse.urlparse(url).path) as f:
+                yield f
 
 
 def _tf_reads(url: str) -> bool:

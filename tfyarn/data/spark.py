@@ -6,7 +6,9 @@ there.
 The rows never pass through the driver. Each Spark task writes its own partition:
 - **TFRecord**: tf.train.Example bytes built without TensorFlow (`example`). `file://`
   paths are written with plain file I/O; `hdfs://` paths over WebHDFS, so executors need
-  no JVM access from Python.
+  no Hadoop install; any other Hadoop filesystem (s3a://, gs://, abfs://...), Kerberos
+  clusters and clusters with WebHDFS off through Hadoop's own client (libhdfs,
+  `tfyarn.hdfs.jni`), which needs a Hadoop install (HADOOP_HOME) on the executors.
 - **Parquet**: Spark's own writer and committer.
 
 Files go to a fresh hidden generation dir. The driver collects only each partition's
@@ -105,20 +107,21 @@ def _parquet(parts: Any, fs: HadoopFs, generation: str) -> list[tuple]:
 
 
 def _sink(spark: Any, root: str) -> tuple[str, str | None, str | None]:
-    """Where executors write: ("file", None, None) or ("webhdfs", http URL, user)."""
-    scheme = urllib.parse.urlparse(root).scheme
-    if scheme == "file":
+    """Where and how executors write: ("file", None, None); ("webhdfs", http URL, user)
+    for hdfs:// with simple auth and WebHDFS on (no Hadoop install needed); else
+    ("hadoop", root, user or None under Kerberos): Hadoop's own client through libhdfs,
+    for any filesystem."""
+    parsed = urllib.parse.urlparse(root)
+    if parsed.scheme == "file":
         return "file", None, None
-    if scheme != "hdfs":
-        raise SpecError(f"{root}: format='tfrecord' writes to hdfs:// (viewfs:// mounts of it) "
-                        "or file:// paths; use format='parquet' for other filesystems")
     conf = spark._jsc.hadoopConfiguration()
-    if (conf.get("hadoop.security.authentication") or "simple").lower() != "simple":
-        raise SpecError(f"{root}: format='tfrecord' writes over WebHDFS without Kerberos; "
-                        "use format='parquet' on a Kerberos cluster")
-    host = urllib.parse.urlparse(root).hostname
+    simple = (conf.get("hadoop.security.authentication") or "simple").lower() == "simple"
+    user = spark.sparkContext.sparkUser() if simple else None
+    web_on = (conf.get("dfs.webhdfs.enabled") or "true").lower() == "true"
+    if parsed.scheme != "hdfs" or not simple or not web_on:
+        return "hadoop", root, user
     port = (conf.get("dfs.namenode.http-address") or ":9870").rsplit(":", 1)[1]
-    return "webhdfs", f"http://{host}:{port}", spark.sparkContext.sparkUser()
+    return "webhdfs", f"http://{parsed.hostname}:{port}", user
 
 
 def _partition_writer(columns: tuple[Column, ...], folder: str,
@@ -154,14 +157,18 @@ def _flush(out: Any, buffer: list[bytes], size: int, crc: int) -> tuple[int, int
 
 
 def _open(sink: tuple[str, str | None, str | None], url: str) -> Any:
-    kind, http, user = sink
+    kind, where, user = sink
     path = urllib.parse.urlparse(url).path
     if kind == "file":
         os.makedirs(os.path.dirname(path), exist_ok=True)
         return open(path, "wb")
+    if kind == "hadoop":
+        from tfyarn.hdfs import jni
+
+        return jni.filesystem(url, user).open_output_stream(path)
     from hdfs import InsecureClient
 
-    return InsecureClient(http, user=user).write(path, overwrite=False)
+    return InsecureClient(where, user=user).write(path, overwrite=False)
 
 
 class HadoopFs:
