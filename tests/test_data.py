@@ -85,22 +85,27 @@ def test_examples_are_byte_for_byte_tfs_and_parse_back(tmp_path, feats):
             [int(v) for v in values] if kind == ex.INT64 else got == values
 
 
-def test_the_row_encoder_gives_the_reference_bytes():
-    """The writer's fast per-row encoder equals `example()` (itself TF's bytes)."""
+def test_the_batch_encoder_gives_the_reference_bytes():
+    """The writer's column-wise batch encoder equals `example()` (itself TF's bytes) row
+    by row, with repeated values (built once), nulls, 0.0 beside -0.0, and NaN."""
     import random
 
     rng = random.Random(11)
     columns = [("age", ex.INT64, False), ("w", ex.FLOAT, False), ("name", ex.BYTES, False),
                ("ids", ex.INT64, True), ("a", ex.BYTES, True), ("big", ex.INT64, False),
-               ("ab", ex.FLOAT, True), ("flag", ex.INT64, False)]
-    encode = ex.encoder(columns)
+               ("ab", ex.FLOAT, True), ("flag", ex.INT64, False), ("z", ex.FLOAT, False)]
+    rows = []
     for _ in range(300):
-        row = [rng.choice([None, rng.randint(-2**63, 2**63 - 1)]), rng.random() * 1e6,
-               rng.choice([None, "", "é" * rng.randint(0, 200)]),
-               [rng.randint(-5, 10**12) for _ in range(rng.randint(0, 5))],
-               [b"x" * rng.randint(0, 3)], rng.randint(0, 10**18), [0.5, -2.0], True]
-        reference = ex.example({n: (k, v) for (n, k, _), v in zip(columns, row, strict=True)})
-        assert encode(row) == reference
+        rows.append([rng.choice([None, rng.randint(-2**63, 2**63 - 1), 7]),
+                     rng.choice([rng.random() * 1e6, 0.5]),
+                     rng.choice([None, "", "é" * rng.randint(0, 200), "same"]),
+                     rng.choice([None, [rng.randint(-5, 10**12) for _ in range(3)]]),
+                     [b"x" * rng.randint(0, 3)], rng.randint(0, 10**18), [0.5, -2.0],
+                     rng.choice([True, False, 1]),
+                     rng.choice([0.0, -0.0, float("nan"), float("inf"), None])])
+    encoded = ex.batch_encoder(columns)([list(c) for c in zip(*rows, strict=True)])
+    for row, got in zip(rows, encoded, strict=True):
+        assert got == ex.example({n: (k, v) for (n, k, _), v in zip(columns, row, strict=True)})
 
 
 def test_spark_types_map_to_example_features(spark, tmp_path):
@@ -191,7 +196,7 @@ tds.write(spark.createDataFrame(rdd, "id long, s string"), {str(path)!r})
     assert m.rows == 15 and sorted(r["id"] for r in read.rows(str(path))) == list(range(15))
 
 
-def test_a_retried_task_leaves_no_duplicate_and_no_missing_row(spark, tmp_path):
+def test_a_retried_task_leaves_no_duplicate_and_no_missing_row(spark, tmp_path, monkeypatch):
     """Each partition's first attempt dies half-way after its writer wrote rows; Spark
     retries it: the manifest names only the successful attempts' files."""
     from pyspark import TaskContext
@@ -206,6 +211,7 @@ def test_a_retried_task_leaves_no_duplicate_and_no_missing_row(spark, tmp_path):
 
     rdd = spark.sparkContext.parallelize(range(3), 3).flatMap(flaky)
     path = tmp_path / "ds"
+    monkeypatch.setattr(tds, "BATCH_ROWS", 50)  # rows written before the failure: 100
     m = tds.write(spark.createDataFrame(rdd, "id long, s string"), str(path))
     ids = [r["id"] for r in read.rows(str(path))]
     assert len(ids) == len(set(ids)) == 600 == m.rows
