@@ -278,6 +278,135 @@ def _read_rates(read, path: str, rows: int) -> dict[str, float]:
             "read_ratio": round(ours / bare, 2), "read_tfyarn_rows_python_rows_s": round(plain)}
 
 
+# ---------------------------------------------------------------- scale (#19)
+
+SCALE_CMD = ('date +%s.%N > "$STAMPS/s$TFYARN_TASK_INDEX"; sleep 5; '
+             'date +%s.%N > "$STAMPS/e$TFYARN_TASK_INDEX"')
+
+
+def _stamps(stamps: str, kind: str) -> list[float]:
+    out = []
+    for name in os.listdir(stamps):
+        if name.startswith(kind):
+            with open(os.path.join(stamps, name)) as f:
+                text = f.read().strip()
+            if text:
+                out.append(float(text))
+    return out
+
+
+def _tfyarn_pids(job_id: str, client: int) -> list[int]:
+    """The client and every process of the job whose command line is tfyarn's."""
+    pids = [client]
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"TFYARN_JOB_ID={job_id}".encode() not in f.read().split(b"\0"):
+                    continue
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"tfyarn" in f.read():
+                    pids.append(int(pid))
+        except OSError:
+            continue
+    return pids
+
+
+def _cpu_of(pids: list[int]) -> float:
+    total = 0.0
+    for pid in pids:
+        try:
+            total += _cpu(pid)
+        except OSError:
+            continue
+    return total
+
+
+def _pss_mib(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+        except (OSError, StopIteration):
+            continue
+    return total / 1024
+
+
+def scale_run(n: int) -> dict[str, float]:
+    """One `el_submit -t tensorflow-worker -wn N --local` of 5 s tasks, the whole tree
+    measured: wall, start -> every task running, last task end -> el_submit exit, CPU of
+    everything (getrusage of reaped children), tfyarn's own PSS and idle cores while the
+    tasks sleep (a 2.5 s window once all run)."""
+    import resource
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stamps = os.path.join(tmp, "stamps")
+        os.mkdir(stamps)
+        env = {**os.environ, "STAMPS": stamps, "TMPDIR": tmp}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.time()
+        proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker",
+                                 "-wn", str(n), "--local", "-c", SCALE_CMD], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        job_id = proc.stdout.readline().strip()
+        while len(_stamps(stamps, "s")) < n and proc.poll() is None:
+            time.sleep(0.05)
+        running = time.time()
+        time.sleep(0.3)
+        pids = _tfyarn_pids(job_id, proc.pid)
+        cpu0, w0 = _cpu_of(pids), time.monotonic()
+        time.sleep(2.5)
+        idle = (_cpu_of(pids) - cpu0) / (time.monotonic() - w0)
+        pss = _pss_mib(pids)
+        rc = proc.wait()
+        end = time.time()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        ends = _stamps(stamps, "e")
+        assert rc == 0 and len(ends) == n, (rc, len(ends))
+        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        return {"wall_s": end - t0, "start_s": max(_stamps(stamps, "s")) - t0,
+                "teardown_s": end - max(ends), "cpu_s": cpu, "cpu_per_task_ms": 1000 * cpu / n,
+                "pss_mib": pss, "pss_per_task_mib": pss / n, "idle_cores": idle}
+
+
+POPEN_ANCHOR = """
+import os, subprocess, sys
+procs = [subprocess.Popen(["/bin/sh", "-c", sys.argv[1]], env={**os.environ, "I": str(i),
+         "TFYARN_TASK_INDEX": str(i)}) for i in range(int(sys.argv[2]))]
+sys.exit(max(p.wait() for p in procs))
+"""
+LAUNCH_CMD = 'date +%s.%N > "$STAMPS/s$TFYARN_TASK_INDEX"'
+
+
+def launch_pair(n: int = TASKS) -> tuple[float, float]:
+    """Whole-process times of an `el_submit --local` of n no-op tasks and of a Python
+    script that Popens the same n commands (interpreter start on both sides)."""
+    times = []
+    for argv in ([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", str(n),
+                  "--local", "-c", LAUNCH_CMD],
+                 [sys.executable, "-c", POPEN_ANCHOR, LAUNCH_CMD, str(n)]):
+        with tempfile.TemporaryDirectory() as stamps:
+            t0 = time.perf_counter()
+            subprocess.run(argv, env={**os.environ, "STAMPS": stamps}, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            times.append(time.perf_counter() - t0)
+            assert len(os.listdir(stamps)) == n
+    return times[0], times[1]
+
+
+def scale_table(sizes: list[int], repeat: int) -> dict:
+    """Medians per size, interleaved with the Popen anchor (launch overhead)."""
+    out: dict = {}
+    pairs = [launch_pair() for _ in range(repeat)]
+    ours, anchor = (statistics.median(p[i] for p in pairs) for i in (0, 1))
+    out["launch_4_tasks_s"], out["popen_anchor_s"] = round(ours, 3), round(anchor, 3)
+    out["launch_overhead_s"] = round(ours - anchor, 3)
+    for n in sizes:
+        runs = [scale_run(n) for _ in range(repeat if n <= 64 else 1)]
+        out[f"n{n}"] = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+    return out
+
+
 def median_of(fn, repeat: int) -> float:
     runs = []
     for _ in range(repeat):
@@ -294,7 +423,14 @@ def main() -> None:
                    "(needs torch and Horovod: scripts/build-horovod)")
     p.add_argument("--data", type=int, nargs="?", const=200_000, metavar="ROWS",
                    help="only tfyarn.data's write/read rows/s (needs pyspark: .[spark])")
+    p.add_argument("--scale", nargs="?", const="4,64,256,512", metavar="N,N,...",
+                   help="only local scale: 5 s tasks at each N, and 4-task launch overhead "
+                   "against a Python script that Popens the same commands")
     ns = p.parse_args()
+    if ns.scale:
+        sizes = [int(x) for x in ns.scale.split(",")]
+        print(json.dumps(scale_table(sizes, ns.repeat), indent=2))
+        return
     if ns.data:
         print(json.dumps({"rows": ns.data, **data_rates(ns.data)}, indent=2))
         return

@@ -72,8 +72,8 @@ def test_a_new_attempt_sees_nothing_of_the_old_one(el_submit, tmp_path):
     seen = tmp_path / "seen"
     seen.mkdir()
     # each step waits for the store's record of the one before (the job dir's kv/)
-    until = 'until [ -e "$(dirname "$TFYARN_CHECKPOINT_DIR")/kv/attempt%2F{}%2Ftask%2F' \
-            'worker%3A{}%2Fexit" ]; do sleep 0.05; done'
+    until = 'until [ -e "$(dirname "$TFYARN_CHECKPOINT_DIR")/kv/attempt/{}/exit/' \
+            'worker%3A{}" ]; do sleep 0.05; done'
     cmd = (f'echo "$TF_CONFIG" > {seen}/$TFYARN_ATTEMPT-$TFYARN_TASK_INDEX; '
            'case "$TFYARN_ATTEMPT-$TFYARN_TASK_INDEX" in '
            f'0-0) exit 0;; 0-1) {until.format(0, 0)}; kill -9 $$;; '

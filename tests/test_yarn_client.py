@@ -16,6 +16,7 @@ from tfyarn.core.policy import Outcome, format_tasks
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
 from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol import taskstate
 from tfyarn.protocol.skeinlink import App, Yarn
 
 
@@ -151,7 +152,7 @@ def test_status_tasks_of_a_12_worker_job_natural_order_a_state_each(tmp_path):
     store.put(kvmod.exit_key(Task("worker", 2)), json.dumps({"code": 3, "reason": None}))
     referee = Referee(spec, store, top, Gang(top))
     referee.liveness.observe(Task("worker", 10), None, time.monotonic() - 60)  # silent
-    referee.step()  # the driver finds worker:10 lost and writes it down
+    referee.step(taskstate.read(store))  # the driver finds worker:10 lost, writes it
     lines = yarn.live_tasks(top)
     names = [line.split()[0] for line in lines]
     assert names == ["ps:0", "chief:0", *(f"worker:{i}" for i in range(12))]

@@ -16,6 +16,7 @@ import dataclasses
 import glob
 import json
 import os
+import selectors
 import shutil
 import signal
 import subprocess
@@ -38,6 +39,7 @@ from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import (
+    CLIENT_TICK_S,
     FOLLOW_S,
     LOCAL_DRIVER_SLACK_S,
     RESTART_EXIT_WAIT_S,
@@ -46,8 +48,10 @@ from tfyarn.core.timing import (
     TENSORBOARD_START_S,
 )
 from tfyarn.hdfs import webhdfs
+from tfyarn.protocol import inotify
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime import proc
+from tfyarn.runtime.launcher import TAG_VAR, container_tag
 from tfyarn.runtime.tensorboard import MISSING_HINT
 
 JOB_DIR_PREFIX = "tfyarn-"
@@ -158,8 +162,12 @@ class JobDir:
     root: str
 
     @property
+    def kv_root(self) -> str:
+        return os.path.join(self.root, "kv")
+
+    @property
     def kv_url(self) -> str:
-        return f"dir:{os.path.join(self.root, 'kv')}"
+        return f"dir:{self.kv_root}"
 
     @property
     def job_json(self) -> str:
@@ -324,7 +332,7 @@ def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts
             procs.launchers[c] = procs.spawn(
                 c.name, prefix, [py, "-m", "tfyarn.runtime.launcher", "--job", jd.job_json,
                                  "--tasks", tasks, "--kv", jd.kv_url, "--gpus", gpus[c.name],
-                                 "--attempt", str(procs.attempt), *docker],
+                                 "--attempt", str(procs.attempt), "--no-watchdog", *docker],
                 jd.task_dir(c), env)
     except OSError as exc:
         raise EnvironmentMissing(
@@ -342,6 +350,63 @@ def end_launchers(launchers: Iterable[subprocess.Popen], timeout: float) -> None
     kill_groups(left)
     for p in left:
         p.wait()
+
+
+class Wake:
+    """What the client's loop blocks on instead of polling: a top-level key of the store
+    put (inotify), a signal (Python's wakeup fd), a process of the job ending (pidfds).
+    Where one is missing, `wait` says "look at everything" (None) at each tick."""
+
+    def __init__(self, store_root: str) -> None:
+        self.sel = selectors.DefaultSelector()
+        self.watch = inotify.Watcher.open()
+        if self.watch is not None and self.watch.add(store_root, inotify.MOVED_TO):
+            self.sel.register(self.watch.fd, selectors.EVENT_READ, "store")
+        self.sig_r, self.sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.old_wakeup = signal.set_wakeup_fd(self.sig_w, warn_on_full_buffer=False)
+        self.sel.register(self.sig_r, selectors.EVENT_READ, "signal")
+        self.old_chld = signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select
+        self.pidfds: dict[int, subprocess.Popen] = {}
+        self.blind = False  # no pidfds here: every wake looks at every process
+
+    def __enter__(self) -> Wake:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        signal.set_wakeup_fd(self.old_wakeup)
+        signal.signal(signal.SIGCHLD, self.old_chld)
+        for fd in [*self.pidfds, self.sig_r, self.sig_w]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        if self.watch is not None:
+            self.watch.close()
+        self.sel.close()
+
+    def add(self, procs: Iterable[subprocess.Popen]) -> None:
+        for p in procs:
+            try:
+                fd = os.pidfd_open(p.pid)
+            except (OSError, AttributeError):  # too old a kernel, or out of descriptors
+                self.blind = True
+                continue
+            self.pidfds[fd] = p
+            self.sel.register(fd, selectors.EVENT_READ, "pid")
+
+    def wait(self, timeout: float) -> list[subprocess.Popen] | None:
+        """Block until something happened or `timeout`; the processes that ended (None:
+        unknown, look at all)."""
+        ended = []
+        for key, _ in self.sel.select(timeout):
+            if key.data == "pid":
+                self.sel.unregister(key.fd)
+                os.close(key.fd)
+                ended.append(self.pidfds.pop(key.fd))
+            elif key.data == "signal":
+                with contextlib.suppress(OSError):
+                    os.read(self.sig_r, 4096)
+            elif self.watch is not None:
+                self.watch.drain()
+        return None if self.blind else ended
 
 
 # ---------------------------------------------------------------- teardown
@@ -440,17 +505,18 @@ class LocalJob:
         attempt, say the job's news, report dead launchers."""
         store = kvmod.open_kv(procs.jd.kv_url)
         escalation = common.Escalation(self.interrupts, self.spec.stop_grace_s)
-        while procs.driver is not None and procs.driver.poll() is None:
-            why = self._must_force(store, escalation)
-            if why is not None:
-                say(why)
-                return
-            if escalation.asked_at is None:
-                self._next_attempt(procs, store, relaunch)
-            self.news.read(store)
-            report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt))
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                procs.driver.wait(timeout=FOLLOW_S)
+        with Wake(procs.jd.kv_root) as wake:
+            wake.add([p for p in (procs.driver, *procs.launchers.values()) if p is not None])
+            while procs.driver is not None and procs.driver.poll() is None:
+                why = self._must_force(store, escalation)
+                if why is not None:
+                    say(why)
+                    return
+                if escalation.asked_at is None and self._next_attempt(procs, store, relaunch):
+                    wake.add(list(procs.launchers.values()))
+                self.news.read(store)
+                report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt),
+                                      wake.wait(CLIENT_TICK_S))
         if procs.driver is not None and store.get(kvmod.STATUS) is None:
             say(f"the driver ended without a final status ({describe_rc(procs.driver)}); "
                 "stopping every task")
@@ -474,15 +540,16 @@ class LocalJob:
         return None
 
     def _next_attempt(self, procs: Procs, store: kvmod.KV,
-                      relaunch: Callable[[], None]) -> None:
+                      relaunch: Callable[[], None]) -> bool:
         """The driver restarts the gang (its log, on the terminal, says why): end the old
-        launchers, start new ones."""
+        launchers, start new ones. Whether it did."""
         attempt = kvmod.current_attempt(store)
         if attempt <= procs.attempt:
-            return
+            return False
         end_launchers(procs.launchers.values(), RESTART_EXIT_WAIT_S)
         procs.attempt = attempt
         relaunch()
+        return True
 
     def _linger(self, procs: Procs) -> None:
         """--tensorboard-linger: a job that ended by itself keeps TensorBoard up (it
@@ -541,12 +608,19 @@ def describe_rc(p: subprocess.Popen) -> str:
     return f"killed by {sig.name}" if sig is not None else f"exit code {p.returncode}"
 
 
-def report_dead_launchers(procs: Procs, store: kvmod.KV) -> None:
+def report_dead_launchers(procs: Procs, store: kvmod.KV,
+                          ended: Iterable[subprocess.Popen] | None) -> None:
     """A launcher process that ended without an exit record died (SIGKILL, OOM killer):
-    tell the driver now rather than after the heartbeat timeout."""
+    tell the driver now rather than after the heartbeat timeout, and end what it left
+    running (launchers fork no watchdog locally). `ended`: the processes that ended
+    (None: not known, look at every launcher)."""
+    ended = None if ended is None else {p.pid for p in ended}
     for container, p in procs.launchers.items():
-        if p.poll() is None:
+        if (ended is not None and p.pid not in ended) or p.poll() is None:
             continue
+        if p.returncode != 0:
+            tag = container_tag(container.tasks[0], procs.attempt)
+            proc.kill_rounds(lambda t=tag: proc.tagged(TAG_VAR, f"{t}.", prefix=True))
         for task in container.tasks:
             if store.get(kvmod.exit_key(task)) is None and store.get(kvmod.lost_key(task)) is None:
                 store.put(kvmod.lost_key(task), json.dumps({

@@ -13,11 +13,12 @@ REGISTER_TIMEOUT_MIN = 10  # el_submit's -wait_time default
 
 # --- launcher
 HEARTBEAT_S = 2.0  # launcher -> store; well under HEARTBEAT_TIMEOUT_S so one slow put is fine
-WAKE_S = 0.5  # a launcher/client loop re-checks its parent and flags at least this often
+WAKE_S = 0.5  # a launcher waiting for the cluster spec re-checks its flags this often
+PARENT_CHECK_S = 5.0  # a running launcher's backstop look at its parent: its death comes
+# as a signal (local mode: parent-death signal; YARN: the NodeManager's group kill)
 CLUSTER_WAIT_SLACK_S = 60.0  # launcher waits -wait_time plus this for the cluster spec
-STOP_POLL_S = 0.5  # directory store: how often a running launcher looks for the stop key
-# (well inside the 3 s stop grace; skein blocks on an event instead)
-STOP_WAIT_S = 5.0  # one blocking wait for the stop key (skein events), then wait again
+STOP_WAIT_S = 60.0  # one blocking wait for the stop key (the driver's bell locally, skein's
+# events on YARN: neither polls), then wait again
 
 # --- job page
 PAGE_REFRESH_S = 3.0  # the page reloads itself this often while the job runs
@@ -28,13 +29,16 @@ TENSORBOARD_POLL_S = 0.5  # how often its URL is tried meanwhile
 TENSORBOARD_DONE_SLACK_S = 30.0  # YARN: the driver waits linger plus this for it to end
 
 # --- stores
-DIR_POLL_S = 0.02  # local directory store: polling is its only way to wait (no inotify);
-# short, because start-up latency (register -> cluster spec -> TF_CONFIG) is two such waits
+DIR_POLL_S = 0.02  # local directory store, where neither its bell nor inotify serves a
+# wait (the driver's bell not up yet): the first poll interval, then longer and longer
+DIR_POLL_MAX_S = 0.25  # ... up to this (hundreds of launchers may be polling at once)
+DIR_FEED_POLL_S = 0.1  # the driver's rescan of a local store where inotify is refused
 SKEIN_POLL_S = 0.25  # skein store: the driver's scan interval (one gRPC call each)
-RUNNING_POLL_S = 0.1  # driver scans once training runs: exits need no 20 ms reaction, and
-# scanning every task's keys 50 times a second is what idle local jobs would burn CPU on
 
 # --- driver
+DRIVER_TICK_S = 1.0  # the driver acts on store changes as they come (inotify locally, a
+# scan every SKEIN_POLL_S on YARN); with none it still wakes this often: signals, the
+# client's death, deadlines (--timeout, -wait_time), heartbeats
 STOP_REPORT_S = 5.0  # after the stop grace, how long to wait for launchers to report
 CONTAINER_POLL_S = 1.0  # YARN: how often the driver asks skein which containers ended
 CONTAINER_END_WAIT_S = 12.0  # YARN: how long a failure the launcher could not explain
@@ -51,7 +55,10 @@ STOP_ASK_WAIT_S = 30.0  # both clients: after asking the driver for an orderly s
 # `tfyarn kill`), beyond the job's stop grace, before forcing it (killing every process /
 # the application): the driver's own stop takes the grace plus STOP_REPORT_S, and on YARN
 # the ApplicationMaster then unregisters and the RM's report catches up (seconds)
-FOLLOW_S = 0.1  # local client: how often task log files are read for the terminal
+FOLLOW_S = 0.1  # local client: task log files are read for the terminal as they grow,
+# at most this often (and this often where inotify is refused)
+CLIENT_TICK_S = 1.0  # local client: its loop wakes on events (the store, signals, a process
+# ending); with none, this often (deadlines: the stop escalation, --timeout)
 RESTART_EXIT_WAIT_S = 2.0  # local restart: an old launcher has reported (the driver waited
 # for it), so it is exiting; past this it is killed with its group
 REST_TIMEOUT_S = 10.0  # one ResourceManager REST call

@@ -17,9 +17,12 @@ import threading
 import time
 import urllib.parse
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 
 from tfyarn.core.tfconfig import Task
-from tfyarn.core.timing import DIR_POLL_S, SKEIN_POLL_S
+from tfyarn.core.timing import DIR_FEED_POLL_S, DIR_POLL_MAX_S, DIR_POLL_S, SKEIN_POLL_S
+from tfyarn.protocol import bell as bellmod
+from tfyarn.protocol import inotify
 from tfyarn.protocol.skeinlink import App
 
 CLUSTER = "cluster"  # the cluster spec JSON, put by the driver once every task registered
@@ -30,40 +33,48 @@ CLIENT = "client"  # put by a watching el_submit; the driver then waits for its 
 ACK = "status_ack"  # the client has read STATUS; the AM (and its store) may go
 KILL = "kill"  # reason text; put by a client (Ctrl-C, `tfyarn kill`) to ask the driver to stop
 RANKS = "ranks"  # allreduce jobs: rank table, master and rendezvous, put just before CLUSTER
-ATTEMPT = "attempt"  # JSON {"attempt": k, "attempts": [earlier outcomes]}: the gang now wanted
+ATTEMPT = "attempts"  # JSON {"attempt": k, "attempts": [earlier outcomes]}: the gang now wanted
 TENSORBOARD = "tensorboard"  # JSON {"url": ...} once it answers, or {"error": ...}
 PAGE = "page"  # the job page's URL (on YARN: proxied through the ResourceManager)
 TENSORBOARD_DONE = "tensorboard_done"  # put by the TensorBoard side task when it ended
 TASKS = "tasks"  # JSON list of every task of the job, put by the driver first
 
 
+# One attempt's task keys, a dir per kind (`addr/worker:1`): whoever waits on one kind is
+# not woken by another's writes (a heartbeat never wakes the driver).
+TASK_KINDS = ("addr", "started", "beat", "exit", "lost")
+EVENT_KINDS = ("addr", "started", "exit", "lost")  # what the driver acts on at once
+
+
 def addr_key(task: Task) -> str:
-    return f"task/{task}/addr"
+    return f"addr/{task}"
 
 
 def exit_key(task: Task) -> str:
-    return f"task/{task}/exit"
+    return f"exit/{task}"
 
 
 def start_key(task: Task) -> str:
-    return f"task/{task}/started"
+    return f"started/{task}"
 
 
 def beat_key(task: Task) -> str:
     """A counter the launcher bumps every HEARTBEAT_S while it lives."""
-    return f"task/{task}/beat"
+    return f"beat/{task}"
 
 
 def lost_key(task: Task) -> str:
     """Put by whoever saw a launcher die or go silent before it reported: the driver
     (heartbeat timeout, YARN ended its container), local mode's client (dead process)."""
-    return f"task/{task}/lost"
+    return f"lost/{task}"
 
 
 class KV(ABC):
-    """What the protocol needs from a store: put, get, prefix scan and a bounded wait."""
+    """What the protocol needs from a store: put, get, prefix scan, a bounded wait, and a
+    feed of changes."""
 
     poll_s = DIR_POLL_S
+    pushes = False  # whether `feed` is told of changes (else it rescans every poll_s)
 
     @abstractmethod
     def put(self, key: str, value: str) -> None: ...
@@ -87,52 +98,226 @@ class KV(ABC):
                 return None
             time.sleep(poll_s or self.poll_s)
 
+    def feed(self, dirs: Sequence[str]) -> Feed:
+        """The changes of the keys directly under `dirs` ("" is the top), as they come."""
+        return PollFeed(self, dirs, self.poll_s)
+
+    def done_waiting(self) -> None:  # noqa: B027 - most stores hold nothing between waits
+        """This thread will not wait again: let go of what its waits held."""
+
+
+class Feed(ABC):
+    """Changed keys, for a loop that acts on what others write (the driver)."""
+
+    @abstractmethod
+    def next(self, timeout: float) -> dict[str, str]:
+        """Keys put since the last call, with their values (the first call: every key
+        there is); empty if nothing came within `timeout` seconds."""
+
+
+class PollFeed(Feed):
+    """Any store: a scan every `interval`, keeping what changed."""
+
+    def __init__(self, store: KV, dirs: Sequence[str], interval: float) -> None:
+        self.store, self.dirs, self.interval = store, list(dirs), interval
+        self.known: dict[str, str] = {}
+        self.first = True
+
+    def next(self, timeout: float) -> dict[str, str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            changed = {k: v for k, v in self._scan().items() if self.known.get(k) != v}
+            self.known.update(changed)
+            if changed or self.first or time.monotonic() >= deadline:
+                self.first = False
+                return changed
+            time.sleep(max(0.0, min(self.interval, deadline - time.monotonic())))
+
+    def _scan(self) -> dict[str, str]:
+        """One scan of the dirs' common prefix (on YARN: one gRPC call), then theirs."""
+        common = os.path.commonprefix([f"{d}/" if d else "" for d in self.dirs])
+        common = common[:common.rfind("/") + 1]
+        wanted = set(self.dirs)
+        return {k: v for k, v in self.store.scan(common).items()
+                if k.rpartition("/")[0] in wanted}
+
 
 class DirKV(KV):
-    """One file per key, written atomically (write + rename), so readers never see halves."""
+    """A directory of files, one per key, in dirs along the key's path (`attempt/0/addr/
+    worker%3A1`); a put writes a hidden temp file and renames it in, so readers never
+    see halves.
 
-    def __init__(self, root: str) -> None:
+    Waiting without polling: a process made the store's `ringer` (the local driver, the
+    writer of every key launchers wait for) rings a bell after each of its puts, a unix
+    socket every waiting launcher listens on; a single process made a `watcher` (the
+    driver, the client, TensorBoard's side task) waits on inotify. Where neither serves
+    (the bell not up yet, no inotify), waits poll, backing off."""
+
+    def __init__(self, root: str, ringer: bool = False, watcher: bool = False) -> None:
         self.root = root
-        self._seen: dict[str, tuple[tuple[int, int, int], str]] = {}  # name -> (stat, value)
+        self.watcher = self.pushes = watcher and inotify.available()
+        self._seen: dict[str, tuple[tuple[int, int, int], str]] = {}  # path -> (stat, value)
+        self._made: set[str] = set()
+        self._local = threading.local()
         os.makedirs(root, exist_ok=True)
+        self.bell = bellmod.Bell(bellmod.name_for(root)).start() if ringer else None
 
     def _path(self, key: str) -> str:
-        return os.path.join(self.root, urllib.parse.quote(key, safe=""))
+        return os.path.join(self.root, *(urllib.parse.quote(p, safe="") for p in key.split("/")))
+
+    def _key(self, path: str) -> str:
+        rel = os.path.relpath(path, self.root)
+        return "/".join(urllib.parse.unquote(p) for p in rel.split(os.sep))
 
     def put(self, key: str, value: str) -> None:
         path = self._path(key)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        folder, name = os.path.split(path)
+        if folder not in self._made:
+            os.makedirs(folder, exist_ok=True)
+            self._made.add(folder)
+        tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(value)
         os.replace(tmp, path)
+        if self.bell is not None:
+            self.bell.ring()
 
     def get(self, key: str) -> str | None:
         try:
             with open(self._path(key), encoding="utf-8") as f:
                 return f.read()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
     def scan(self, prefix: str) -> dict[str, str]:
         """Every key under `prefix`; a file unchanged since the last scan (same inode,
-        mtime, size: writes replace files) is not read again, so a driver scanning a big
-        idle job costs a stat per key."""
-        out = {}
-        with os.scandir(self.root) as entries:
-            for entry in entries:
-                key = urllib.parse.unquote(entry.name)
-                if entry.name.endswith(".tmp") or not key.startswith(prefix):
-                    continue
-                try:
-                    st = entry.stat()
-                except FileNotFoundError:
-                    continue
-                stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
-                seen = self._seen.get(entry.name)
-                value = seen[1] if seen and seen[0] == stamp else self.get(key)
+        mtime, size: writes replace files) is not read again."""
+        head = prefix.rpartition("/")[0]
+        out: dict[str, str] = {}
+        self._walk(self._path(head) if head else self.root, prefix, out)
+        return out
+
+    def _walk(self, folder: str, prefix: str, out: dict[str, str]) -> None:
+        try:
+            entries = list(os.scandir(folder))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue  # a put's temp file, or the bell
+            if entry.is_dir(follow_symlinks=False):
+                self._walk(entry.path, prefix, out)
+                continue
+            key = self._key(entry.path)
+            if not key.startswith(prefix):
+                continue
+            value = self._cached(entry)
+            if value is not None:
+                out[key] = value
+
+    def _cached(self, entry: os.DirEntry) -> str | None:
+        try:
+            st = entry.stat()
+        except FileNotFoundError:
+            return None
+        stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+        seen = self._seen.get(entry.path)
+        if seen and seen[0] == stamp:
+            return seen[1]
+        value = self.get(self._key(entry.path))
+        if value is not None:
+            self._seen[entry.path] = (stamp, value)
+        return value
+
+    def wait(self, key: str, timeout: float | None = None,
+             poll_s: float | None = None) -> str | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        watch = inotify.Watcher.open() if self.watcher else None
+        if watch is not None:
+            folder = os.path.dirname(self._path(key))
+            os.makedirs(folder, exist_ok=True)
+            if not watch.add(folder, inotify.MOVED_TO):
+                watch.close()
+                watch = None
+        listener = None if watch is not None else self._listener()
+        backoff = poll_s or self.poll_s
+        try:
+            while True:
+                value = self.get(key)
                 if value is not None:
-                    self._seen[entry.name] = (stamp, value)
-                    out[key] = value
+                    return value
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                if watch is not None:
+                    watch.wait(left)
+                elif listener is not None and listener.wait(left):
+                    continue
+                else:  # no bell (yet): poll, less and less often
+                    time.sleep(backoff if left is None else min(backoff, left))
+                    backoff = min(backoff * 1.5, DIR_POLL_MAX_S)
+        finally:
+            if watch is not None:
+                watch.close()
+
+    def done_waiting(self) -> None:
+        listener = getattr(self._local, "listener", None)
+        if listener is not None:
+            listener.close()
+            self._local.listener = None
+
+    def _listener(self) -> bellmod.Listener:
+        """This thread's connection to the bell, kept between waits (a launcher waits
+        again and again: a connection each time would keep the driver accepting)."""
+        listener = getattr(self._local, "listener", None)
+        if listener is None:
+            listener = self._local.listener = bellmod.Listener(bellmod.name_for(self.root))
+        return listener
+
+    def feed(self, dirs: Sequence[str]) -> Feed:
+        watch = inotify.Watcher.open() if self.watcher else None
+        if watch is None:
+            return PollFeed(self, dirs, DIR_FEED_POLL_S)
+        return DirFeed(self, dirs, watch)
+
+
+class DirFeed(Feed):
+    """A DirKV's changes through inotify: only the files renamed in are read."""
+
+    def __init__(self, store: DirKV, dirs: Sequence[str], watch: inotify.Watcher) -> None:
+        self.store, self.watch = store, watch
+        self.dirs = {}
+        for d in dirs:
+            folder = store._path(d) if d else store.root
+            os.makedirs(folder, exist_ok=True)
+            watch.add(folder, inotify.MOVED_TO)
+            self.dirs[folder] = d
+        self.first = True
+
+    def next(self, timeout: float) -> dict[str, str]:
+        if self.first:  # watches first, then what is there: nothing falls in between
+            self.first = False
+            return self._all()
+        changed = self.watch.wait(timeout)
+        if changed is None:  # the kernel dropped events
+            return self._all()
+        out = {}
+        for folder, name in changed:
+            d = self.dirs.get(folder)
+            if d is None or name.startswith("."):
+                continue
+            key = (f"{d}/" if d else "") + urllib.parse.unquote(name)
+            value = self.store.get(key)
+            if value is not None:
+                out[key] = value
+        return out
+
+    def _all(self) -> dict[str, str]:
+        out = {}
+        for d in self.dirs.values():
+            prefix = f"{d}/" if d else ""
+            out.update({k: v for k, v in self.store.scan(prefix).items()
+                        if "/" not in k[len(prefix):]})
         return out
 
 
@@ -184,6 +369,9 @@ class Scoped(KV):
              poll_s: float | None = None) -> str | None:
         return self.store.wait(self.prefix + key, timeout, poll_s)
 
+    def done_waiting(self) -> None:
+        self.store.done_waiting()
+
 
 def attempts(store: KV) -> tuple[int, list[dict]]:
     """The attempt the driver last started (0 before any restart) and how each earlier
@@ -199,11 +387,12 @@ def current_attempt(store: KV) -> int:
     return attempts(store)[0]
 
 
-def open_kv(url: str) -> KV:
-    """`dir:/path` for local mode, `skein:` inside a YARN container of the application."""
+def open_kv(url: str, ringer: bool = False, watcher: bool = False) -> KV:
+    """`dir:/path` for local mode, `skein:` inside a YARN container of the application.
+    `ringer`, `watcher`: see DirKV (skein's store has events of its own)."""
     scheme, _, rest = url.partition(":")
     if scheme == "dir":
-        return DirKV(rest)
+        return DirKV(rest, ringer, watcher)
     if scheme == "skein":
         return SkeinKV(App.current())
     raise ValueError(f"unknown key-value store {url!r}")

@@ -12,6 +12,8 @@ from __future__ import annotations
 import http.server
 import threading
 
+from tfyarn.protocol.serving import Serving
+
 
 class RendezvousServer:
     """A thread-safe key-value store over HTTP, on an ephemeral port of every interface."""
@@ -22,19 +24,18 @@ class RendezvousServer:
         self.lock = threading.Lock()
         self.httpd = http.server.ThreadingHTTPServer(("0.0.0.0", 0), self._handler())
         self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.serving = Serving(self.httpd)
 
     @property
     def address(self) -> str:
         return f"{self.advertise_host}:{self.httpd.server_address[1]}"
 
     def start(self) -> RendezvousServer:
-        self.thread.start()
+        self.serving.start()
         return self
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.serving.stop()
 
     def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
         server = self

@@ -2,9 +2,9 @@
 
 The driver decides from it, the job page and `tfyarn status --tasks` show it, and the
 watching client prints log links from it, so they can never disagree. Keys (under the
-attempt's prefix, see `kv`): `task/<t>/addr` (registered), `/started` (the user process
-runs), `/beat` (heartbeat counter), `/exit` (its exit record), `/lost` (its launcher died
-or went silent: written by the driver or the local client). The job-wide `tasks` key
+attempt's prefix, see `kv`): `addr/<t>` (registered), `started/<t>` (the user process
+runs), `beat/<t>` (heartbeat counter), `exit/<t>` (its exit record), `lost/<t>` (its
+launcher died or went silent: written by the driver or the local client). The job-wide `tasks` key
 lists every task of the job, so a task that never registered is shown as waiting.
 """
 
@@ -100,26 +100,32 @@ def _ended(rec: Mapping) -> State:
 def read(store: kvmod.KV) -> Snapshot:
     """One scan of an attempt's (scoped) store into a Snapshot."""
     snap = Snapshot()
-    for key, value in store.scan("task/").items():
-        parts = key.split("/")
-        if len(parts) != 3:
-            continue
-        try:
-            task = Task.parse(parts[1])
-        except ValueError:
-            continue  # not a task key of ours
-        what = parts[2]
-        if what == "addr":
-            snap.addrs[task] = value
-        elif what == "started":
-            snap.started.add(task)
-        elif what == "beat":
-            snap.beats[task] = value
-        elif what == "exit":
-            snap.exits[task] = json.loads(value)
-        elif what == "lost":
-            snap.lost[task] = json.loads(value)
+    for key, value in store.scan("").items():  # one call (on YARN, one gRPC round trip)
+        apply(snap, key, value)
     return snap
+
+
+def apply(snap: Snapshot, key: str, value: str) -> bool:
+    """Put one task key (`exit/worker:1`, relative to the attempt) into `snap`; False if
+    it is not one."""
+    kind, _, name = key.partition("/")
+    if kind not in kvmod.TASK_KINDS or not name or "/" in name:
+        return False
+    try:
+        task = Task.parse(name)
+    except ValueError:
+        return False  # not a task key of ours
+    if kind == "addr":
+        snap.addrs[task] = value
+    elif kind == "started":
+        snap.started.add(task)
+    elif kind == "beat":
+        snap.beats[task] = value
+    elif kind == "exit":
+        snap.exits[task] = json.loads(value)
+    else:
+        snap.lost[task] = json.loads(value)
+    return True
 
 
 def job_tasks(store: kvmod.KV) -> list[Task] | None:

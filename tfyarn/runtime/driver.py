@@ -49,7 +49,8 @@ from tfyarn.core.timing import (
     ACK_WAIT_S,
     CONTAINER_END_WAIT_S,
     CONTAINER_POLL_S,
-    RUNNING_POLL_S,
+    DRIVER_TICK_S,
+    HEARTBEAT_S,
     STOP_REPORT_S,
     TENSORBOARD_DONE_SLACK_S,
     VERDICT_EXIT_S,
@@ -182,8 +183,7 @@ class Referee:
         """Tasks whose launcher cannot report any more: lost, or its container ended."""
         return {**self.lost(), **self.ends()}
 
-    def step(self) -> Outcome | None:
-        snap = taskstate.read(self.store)
+    def step(self, snap: Snapshot) -> Outcome | None:
         records = self.last_records = self.records(snap)
         outcome = (self.external_stop() or decide(self.spec, records)
                    or self.deadline_passed(snap.addrs))
@@ -210,21 +210,51 @@ class Referee:
                        cause=cause_of(rec))
 
 
+@dataclass
+class Follow:
+    """The driver's running picture of one attempt: its task keys as they are put (a
+    feed of the store's changes, not rescans), heartbeats read every HEARTBEAT_S."""
+
+    store: kvmod.KV  # the whole store
+    scoped: kvmod.Scoped
+    feed: kvmod.Feed = field(init=False)
+    snap: Snapshot = field(default_factory=Snapshot)
+    beats_at: float = -1e9
+
+    def __post_init__(self) -> None:
+        dirs = [self.scoped.prefix + kind for kind in kvmod.EVENT_KINDS]
+        # a store that pushes changes also wakes the driver on a kill request at once
+        self.feed = self.store.feed(["", *dirs] if self.store.pushes else dirs)
+
+    def next(self, timeout: float) -> Snapshot:
+        """The snapshot once something changed or `timeout` passed."""
+        n = len(self.scoped.prefix)
+        for key, value in self.feed.next(timeout).items():
+            if key.startswith(self.scoped.prefix):
+                taskstate.apply(self.snap, key[n:], value)
+        if time.monotonic() - self.beats_at >= HEARTBEAT_S:
+            self.beats_at = time.monotonic()
+            for key, value in self.scoped.scan("beat/").items():
+                taskstate.apply(self.snap, key, value)
+        return self.snap
+
+
 def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome,
-                    gone: Callable[[], Mapping[Task, dict]]) -> Snapshot:
+                    gone: Callable[[], Mapping[Task, dict]], follow: Follow) -> Snapshot:
     """Tell every launcher of the attempt to stop and wait (bounded) until the registered
     ones that can still answer reported (a lost launcher, or one whose container ended,
     cannot: it is not waited for). Returns what they published."""
     store.put(kvmod.STOP, outcome.message)
     deadline = time.monotonic() + spec.stop_grace_s + STOP_REPORT_S
+    snap = follow.snap
     while True:
-        snap = taskstate.read(store)
         ended = gone()
         pending = [t for t in snap.addrs if t not in snap.exits and t not in ended
                    and t not in snap.lost]
-        if not pending or time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if not pending or left <= 0:
             break
-        time.sleep(store.poll_s)
+        snap = follow.next(min(left, DRIVER_TICK_S))
     for task in pending:
         say(f"{task} did not report after the stop request; its container/process is killed",
             "driver")
@@ -255,11 +285,12 @@ def run_attempt(spec: JobSpec, store: kvmod.KV, gang: gangmod.Gang, attempt: int
     say(f"attempt {attempt + 1}/{spec.attempts}: waiting for "
         f"{plural(len(spec.tasks()), 'task')} to register "
         f"(-wait_time {spec.register_timeout_s / 60:g} min)", "driver")
-    while (outcome := referee.step()) is None:
-        time.sleep(max(store.poll_s, RUNNING_POLL_S) if referee.published else store.poll_s)
+    follow = Follow(store, scoped)
+    while (outcome := referee.step(follow.next(DRIVER_TICK_S))) is None:
+        pass
     say(f"{outcome.state}: {outcome.message}", "driver")
     store.put(kvmod.PHASE, "stopping")
-    snap = stop_everything(spec, scoped, outcome, referee.gone)
+    snap = stop_everything(spec, scoped, outcome, referee.gone, follow)
     if referee.rendezvous is not None:
         referee.rendezvous.stop()
     outcome = replace(referee.settle(outcome), attempt=attempt)
@@ -412,7 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = p.parse_args(argv)
     with open(ns.job, encoding="utf-8") as f:
         spec = JobSpec.from_json(f.read())
-    store = kvmod.open_kv(ns.kv)
+    store = kvmod.open_kv(ns.kv, ringer=True, watcher=True)  # launchers wait on its bell
     settings = Settings.from_environ()
     host = settings.advertise_host or socket.getfqdn()
     page = serve_page(spec, store, settings, host, ns.logs)

@@ -15,7 +15,6 @@ import html
 import http.server
 import json
 import os
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import PAGE_REFRESH_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
+from tfyarn.protocol.serving import Serving
 
 STYLE = """body{font-family:sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
@@ -129,7 +129,7 @@ class JobPage:
 
     view: Callable[[], View]
     log_file: Callable[[str], str | None] = lambda _name: None  # local: /logs/NAME -> path
-    server: http.server.ThreadingHTTPServer | None = field(default=None, init=False)
+    serving: Serving | None = field(default=None, init=False)
 
     def start(self, host: str) -> str:
         page = self
@@ -141,10 +141,10 @@ class JobPage:
             def log_message(self, *_args: Any) -> None:
                 pass
 
-        self.server = http.server.ThreadingHTTPServer((host, 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://{host}:{self.server.server_address[1]}/"
+        server = http.server.ThreadingHTTPServer((host, 0), Handler)
+        server.daemon_threads = True
+        self.serving = Serving(server).start()
+        return f"http://{host}:{server.server_address[1]}/"
 
     def answer(self, req: http.server.BaseHTTPRequestHandler) -> None:
         path = urllib.parse.urlparse(req.path).path
@@ -161,9 +161,8 @@ class JobPage:
         _send(req, 200, body, "text/html; charset=utf-8")
 
     def stop(self) -> None:
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        if self.serving is not None:
+            self.serving.stop()
 
 
 def _send(req: http.server.BaseHTTPRequestHandler, code: int, body: bytes, kind: str) -> None:

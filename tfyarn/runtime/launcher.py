@@ -43,7 +43,13 @@ from tfyarn.core.tfconfig import (
     tf_env,
     thread_env,
 )
-from tfyarn.core.timing import CLUSTER_WAIT_SLACK_S, HEARTBEAT_S, STOP_POLL_S, STOP_WAIT_S, WAKE_S
+from tfyarn.core.timing import (
+    CLUSTER_WAIT_SLACK_S,
+    HEARTBEAT_S,
+    PARENT_CHECK_S,
+    STOP_WAIT_S,
+    WAKE_S,
+)
 from tfyarn.hdfs import plugin as hdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import users_env
@@ -53,6 +59,14 @@ TAG_VAR = "TFYARN_TASK_TAG"  # marks every process of one launcher's tree, for t
 
 
 
+
+
+def container_tag(first: Task, attempt: int) -> str:
+    """The tag (TAG_VAR's value, then `.<slot>`) on every process one launcher starts:
+    by job, attempt and first task, so local mode's client can end what a launcher that
+    died left behind without asking it."""
+    job_id = os.environ.get("TFYARN_JOB_ID", "unknown")
+    return f"{job_id}.{attempt}.{first}"
 
 
 def reserve_port() -> socket.socket:
@@ -151,11 +165,14 @@ def heartbeat(store: kvmod.KV, tasks: Sequence[Task], flag: StopFlag,
         done.wait(HEARTBEAT_S)
 
 
-def watch_stop(store: kvmod.KV, flag: StopFlag, done: threading.Event) -> None:
-    """Wait for the driver's stop request (skein: a blocking event wait)."""
+def watch_stop(store: kvmod.KV, flag: StopFlag, done: threading.Event,
+               after: threading.Event) -> None:
+    """Once the cluster spec is in (`after`; until then the main thread also looks for a
+    stop), wait for the driver's stop request: its bell locally, skein's events on YARN."""
+    after.wait()
     while not done.is_set():
         try:
-            reason = store.wait(kvmod.STOP, timeout=STOP_WAIT_S, poll_s=STOP_POLL_S)
+            reason = store.wait(kvmod.STOP, timeout=STOP_WAIT_S)
         except (StoreGone, OSError) as exc:
             flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
             return
@@ -165,15 +182,21 @@ def watch_stop(store: kvmod.KV, flag: StopFlag, done: threading.Event) -> None:
 
 
 def wait_for_cluster(store: kvmod.KV, flag: StopFlag, deadline: float) -> dict | None:
-    """The cluster spec, or None if the job is stopped or the deadline passes first."""
-    while time.monotonic() < deadline:
-        raw = store.wait(kvmod.CLUSTER, timeout=WAKE_S)
-        if raw is not None:
-            return json.loads(raw)
-        if flag.check():
-            return None
-    flag.set("the driver never published the cluster spec")
-    return None
+    """The cluster spec, or None if the job is stopped (a signal, the driver's stop
+    request) or the deadline passes first."""
+    try:
+        while time.monotonic() < deadline:
+            raw = store.wait(kvmod.CLUSTER, timeout=WAKE_S)
+            if raw is not None:
+                return json.loads(raw)
+            if (reason := store.get(kvmod.STOP)) is not None:
+                flag.set(f"stopped by the driver: {reason}")
+            if flag.check():
+                return None
+        flag.set("the driver never published the cluster spec")
+        return None
+    finally:
+        store.done_waiting()  # one bell connection per launcher: watch_stop's, from now
 
 
 @dataclass
@@ -202,14 +225,14 @@ def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int
         flag.wake.clear()
         for slot in [s for s in running.values() if s.child.returncode is not None]:
             del running[slot.index]
-            proc.stop_tagged(TAG_VAR, slot.tag, min(grace, 1.0))  # its daemons
+            proc.stop_tagged(TAG_VAR, slot.tag, min(grace, 1.0), keep)  # its daemons
             report(slot, slot.child.returncode)
         if running and flag.check():
             proc.stop_tree(grace, keep, tracked={s.child.pid for s in running.values()})
             for slot in running.values():
                 report(slot, slot.child.wait())
             break
-        flag.wake.wait(WAKE_S)
+        flag.wake.wait(PARENT_CHECK_S)  # a child's end, a signal or a stop wakes it at once
     proc.stop_tree(min(grace, 1.0), keep)
     proc.reap(keep)
 
@@ -222,6 +245,7 @@ class LaunchArgs:
     gpus: str  # "auto" (YARN: ask the container), "none", or a list of device ids
     docker_image: str | None
     attempt: int = 0  # which gang of the job this launcher belongs to (restarts)
+    watchdog: bool = True  # fork one (YARN); local mode's client does its work instead
 
 
 def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
@@ -234,11 +258,14 @@ def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
     p.add_argument("--docker-image", help="local -m docker: run the command in this image")
     p.add_argument("--attempt", type=int, default=0, help="the gang's attempt number (0 first; "
                    "never derived: keys are read and written under it)")
+    p.add_argument("--no-watchdog", action="store_true", help="local mode: the client ends "
+                   "what a dead launcher leaves behind, so no watchdog process is forked")
     ns = p.parse_args(argv)
     with open(ns.job, encoding="utf-8") as f:
         job = JobSpec.from_json(f.read())
     tasks = tuple(Task.parse(t) for t in ns.tasks.split(","))
-    return LaunchArgs(job, tasks, ns.kv, ns.gpus, ns.docker_image, ns.attempt)
+    return LaunchArgs(job, tasks, ns.kv, ns.gpus, ns.docker_image, ns.attempt,
+                      not ns.no_watchdog)
 
 
 @dataclass
@@ -252,6 +279,7 @@ class Launcher:
     tag: str
     watchdog: int
     reported: set[Task] = field(default_factory=set)
+    cluster_seen: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
         """Register every task, wait for the cluster, run and supervise the processes."""
@@ -265,6 +293,7 @@ class Launcher:
             slots.append(slot)
         deadline = time.monotonic() + self.args.job.register_timeout_s + CLUSTER_WAIT_SLACK_S
         cluster = wait_for_cluster(self.store, self.flag, deadline)
+        self.cluster_seen.set()
         for slot in slots:
             slot.sock.close()
         if cluster is None:
@@ -356,8 +385,8 @@ class Launcher:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    tag = os.urandom(12).hex()
-    watchdog = proc.start_watchdog(TAG_VAR, f"{tag}.")  # before any thread exists
+    tag = container_tag(args.tasks[0], args.attempt)
+    watchdog = proc.start_watchdog(TAG_VAR, f"{tag}.") if args.watchdog else -1  # no thread yet
     proc.set_subreaper()
     flag = StopFlag()
     install_signal_handlers(flag)
@@ -367,7 +396,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     launcher = Launcher(args, settings, store, flag, tag, watchdog)
     try:
         _daemon(lambda: heartbeat(store, args.tasks, flag, done))
-        _daemon(lambda: watch_stop(store, flag, done))
+        _daemon(lambda: watch_stop(store, flag, done, launcher.cluster_seen))
         launcher.run()
     except Exception as exc:  # the launcher's last resort, never silent: whatever broke is
         # reported as this task's exit (the driver then decides), and its tree is stopped

@@ -15,6 +15,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from typing import IO
 
 from tfyarn.core.policy import cut_line
 from tfyarn.core.timing import KILL_ROUND_S, KILL_ROUNDS
+from tfyarn.protocol import inotify
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NAME = 15
@@ -96,8 +98,39 @@ def start(argv: Sequence[str], env: Mapping[str, str], *, cwd: str | None = None
 # ---------------------------------------------------------------- the process table
 
 
+def _children(pid: int) -> list[int] | None:
+    """Direct children of `pid` from /proc/<pid>/task/*/children; None where the kernel
+    has no such file (CONFIG_PROC_CHILDREN)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+        except FileNotFoundError:
+            if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                continue  # the thread ended
+            return None
+        except OSError:
+            continue
+    return out
+
+
+def _state(pid: int) -> str | None:
+    """The state letter of `pid` (Z: a zombie), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode()
+    except (OSError, IndexError):
+        return None
+
+
 def process_table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, state letter) for every process we can see."""
+    """pid -> (parent pid, state letter) for every process we can see: only where the
+    kernel cannot list a process's children."""
     table = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -112,7 +145,27 @@ def process_table() -> dict[int, tuple[int, str]]:
 
 
 def descendants(root: int, exclude: Collection[int] = ()) -> list[int]:
-    """Live (non-zombie) descendants of `root`, parents before children."""
+    """Live (non-zombie) descendants of `root`, parents before children, found by walking
+    its children: the cost is the tree's, not the machine's process count (hundreds of
+    launchers each scanning every process at a task's end was quadratic). An excluded
+    process is not descended into."""
+    out, todo = [], [root]
+    while todo:
+        kids = _children(todo.pop(0))
+        if kids is None:
+            return _descendants_by_table(root, exclude)
+        for pid in kids:
+            state = _state(pid)
+            if pid in exclude or state is None:
+                continue
+            if state != "Z":
+                out.append(pid)
+            todo.append(pid)
+    return out
+
+
+def _descendants_by_table(root: int, exclude: Collection[int]) -> list[int]:
+    """The same from one scan of the whole table (kernels without children files)."""
     table = process_table()
     children: dict[int, list[int]] = collections.defaultdict(list)
     for pid, (ppid, _) in table.items():
@@ -131,8 +184,11 @@ def descendants(root: int, exclude: Collection[int] = ()) -> list[int]:
 def reap(keep: Collection[int] = ()) -> None:
     """Collect our zombie children except `keep` (Popen objects reap their own: reaping
     them here would lose their exit status)."""
-    for pid, (ppid, state) in process_table().items():
-        if ppid == os.getpid() and state == "Z" and pid not in keep:
+    me = os.getpid()
+    kids = _children(me)
+    pids = kids if kids is not None else [p for p, (pp, _) in process_table().items() if pp == me]
+    for pid in pids:
+        if pid not in keep and _state(pid) == "Z":
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
 
@@ -193,14 +249,26 @@ def tagged(var: str, value: str, prefix: bool = False) -> list[int]:
     return pids
 
 
-def stop_tagged(var: str, value: str, grace: float) -> None:
-    """SIGTERM the processes tagged `var=value`, then SIGKILL what is left after `grace`
-    (what one of several processes of a container left behind when it ended)."""
-    signal_all(tagged(var, value), signal.SIGTERM)
+def has_tag(pid: int, var: str, value: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f"{var}={value}".encode() in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+def stop_tagged(var: str, value: str, grace: float, keep: Collection[int] = ()) -> None:
+    """SIGTERM our descendants tagged `var=value`, then SIGKILL what is left after
+    `grace` (what one of several processes of a container left behind when it ended; an
+    orphan of it is ours too: we are the subreaper)."""
+    def find() -> list[int]:
+        return [p for p in descendants(os.getpid(), keep) if has_tag(p, var, value)]
+
+    signal_all(find(), signal.SIGTERM)
     deadline = time.monotonic() + grace
-    while tagged(var, value) and time.monotonic() < deadline:
+    while find() and time.monotonic() < deadline:
         time.sleep(0.05)
-    kill_rounds(lambda: tagged(var, value))
+    kill_rounds(find)
 
 
 def start_watchdog(var: str, value: str) -> int:
@@ -289,7 +357,9 @@ class Follower:
     """Follows growing log files and copies their complete lines, prefixed, to `out`.
 
     Local mode's terminal view: every process writes its own log file (a file never
-    blocks a writer, and it outlives the client), and this thread shows them. If `out`
+    blocks a writer, and it outlives the client), and this thread shows them. It reads a
+    file when inotify says it grew (at most every `interval`), so hundreds of quiet logs
+    cost nothing; without inotify it looks at every file every `interval`. If `out`
     fails, showing stops; the files are untouched.
     """
 
@@ -299,7 +369,9 @@ class Follower:
         self.files: dict[str, tuple[str, bytes]] = {}  # path -> (prefix, partial line)
         self.offsets: dict[str, int] = {}
         self.lock = threading.Lock()
-        self.done = threading.Event()
+        self.watch = inotify.Watcher.open()
+        self.watched: set[str] = set()
+        self.stop_r, self.stop_w = os.pipe()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def add(self, path: str, prefix: str) -> None:
@@ -309,14 +381,28 @@ class Follower:
                 return
             self.files[path] = (prefix, b"")
             self.offsets.setdefault(path, 0)
+            folder = os.path.dirname(path)
+            if self.watch is not None and folder not in self.watched:
+                if not self.watch.add(folder, inotify.MODIFY | inotify.CLOSE_WRITE):
+                    self.watch.close()
+                    self.watch = None
+                self.watched.add(folder)
+        self._read({path})  # what it has already
 
     def start(self) -> Follower:
         self.thread.start()
         return self
 
     def poll(self, final: bool = False) -> None:
+        """Show what every file has new (at the end: its last partial line too)."""
         with self.lock:
-            for path, (prefix, partial) in list(self.files.items()):
+            paths = set(self.files)
+        self._read(paths, final)
+
+    def _read(self, paths: set[str], final: bool = False) -> None:
+        with self.lock:
+            for path in paths & set(self.files):
+                prefix, partial = self.files[path]
                 data = partial + self._read_new(path)
                 *lines, rest = data.split(b"\n")
                 if final and rest:
@@ -336,12 +422,31 @@ class Follower:
         self.offsets[path] += len(data)
         return data
 
+    def _stopped(self, timeout: float | None) -> bool:
+        ready, _, _ = select.select([self.stop_r], [], [], timeout)
+        return bool(ready)
+
     def _run(self) -> None:
-        while not self.done.wait(self.interval):
-            self.poll()
+        while True:
+            watch = self.watch
+            if watch is None:
+                if self._stopped(self.interval):
+                    return
+                self.poll()
+                continue
+            ready, _, _ = select.select([self.stop_r, watch.fd], [], [])
+            if self.stop_r in ready:
+                return
+            changed = watch.drain()
+            self._read(set(self.files) if changed is None else
+                       {os.path.join(d, n) for d, n in changed})
+            if self._stopped(self.interval):  # at most every `interval`
+                return
 
     def stop(self) -> None:
-        self.done.set()
+        os.write(self.stop_w, b"!")
         if self.thread.is_alive():
             self.thread.join(timeout=2.0)
         self.poll(final=True)
+        if self.watch is not None:
+            self.watch.close()
