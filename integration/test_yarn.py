@@ -785,3 +785,42 @@ def test_data_that_is_not_committed_is_refused_before_submitting(tmp_path):
     assert not out.stdout and "Traceback" not in out.stderr
     after = yarn_cli("application", "-list", "-appStates", "ALL")
     assert len(after.splitlines()) == len(before.splitlines())  # nothing was submitted
+
+
+# ---------------------------------------------------------------- speed at scale (#19)
+
+
+def _skein_drivers() -> list[int]:
+    """Live skein driver JVMs on this machine."""
+    from proctable import live
+
+    return [p.pid for p in live() if "com.anaconda.skein.Driver" in p.cmdline]
+
+
+def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit):
+    """`tfyarn driver start`: then el_submit, status and kill start no skein driver of
+    their own (each would be a JVM); `tfyarn driver stop` ends it."""
+    tfyarn = [sys.executable, "-m", "tfyarn"]
+    started = subprocess.run([*tfyarn, "driver", "start"], capture_output=True, text=True,
+                             timeout=300)
+    assert started.returncode == 0, started.stderr
+    try:
+        warm = _skein_drivers()
+        assert len(warm) == 1, warm
+        status = subprocess.run([*tfyarn, "driver", "status"], capture_output=True, text=True,
+                                timeout=120)
+        assert status.stdout.startswith("running at "), status.stdout + status.stderr
+        log = re.search(r"\(log: (\S+)\)", started.stderr).group(1)
+        out, app_id = el_submit("-t", "tensorflow-worker", "-wn", "2", "-c", "true")
+        assert out.returncode == 0, out.stderr
+        assert _skein_drivers() == warm
+        with open(log, encoding="utf-8") as f:
+            assert app_id in f.read()  # the warm driver submitted it
+        done = subprocess.run([*tfyarn, "status", app_id], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
+    finally:
+        stopped = subprocess.run([*tfyarn, "driver", "stop"], capture_output=True, text=True,
+                                 timeout=120)
+    assert stopped.returncode == 0 and "warm driver stopped" in stopped.stderr
+    assert not _skein_drivers()

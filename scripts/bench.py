@@ -22,6 +22,18 @@
   and `tfyarn.data.dataset` reading TFRecord against a bare `TFRecordDataset` + parse of
   the same files (ratios: ours / theirs; writes one run each, the frame cached first;
   reads the median of three alternated passes);
+- with --scale [N,N,...] (#19; default 4,64,256,512): launch_4_tasks_s, a whole
+  `el_submit --local` of 4 no-op tasks, against popen_anchor_s, a Python script that
+  Popens the same 4 commands (interpreter start on both sides), interleaved; then for each
+  N one `el_submit -t tensorflow-worker -wn N --local` of 5 s tasks, the whole tree
+  measured: wall_s, start_s (launch until every task runs), teardown_s (the last task's
+  end until el_submit exits), cpu_s (every process, reaped: getrusage), tfyarn's own PSS,
+  idle cores while the tasks sleep (scheduler nanoseconds, not ticks); and
+  idle_cores_256_tasks over 10 s of a settled 256-task job;
+- with --yarn (on the cluster HADOOP_CONF_DIR names, e.g. the sandbox): a trivial
+  el_submit job cold and with a warm driver (`tfyarn driver start`) against bare skein
+  submitting a trivial app: seconds to the application id and to the client's exit, and
+  ratios; yarn_gang_restart_s: a worker's SIGKILL until every task of the new gang runs;
 - with --app APP and HADOOP_CONF_DIR set: status_s (`tfyarn status APP`) against
   yarn_cli_status_s (`yarn application -status APP`) measured side by side, and their
   ratio (target <= 0.5).
@@ -93,47 +105,24 @@ def bare_time(stamps: str) -> float:
     return last_stamp(stamps, start)
 
 
-def job_cpu_seconds(job_id: str) -> float:
-    """utime + stime of tfyarn's own processes of a job (not the user's `sleep`)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"TFYARN_JOB_ID={job_id}".encode() not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"tfyarn" not in f.read():
-                    continue
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += (int(fields[11]) + int(fields[12])) / tick
-    return total
-
-
-def idle_cores(tasks: int = 32, window: float = 10.0) -> float:
+def idle_cores(tasks: int = 32, window: float = 10.0, settle: float = 8.0) -> float:
+    """Cores used by tfyarn's own processes (client, driver, launchers) while `tasks`
+    local tasks sleep, over `window` seconds once `settle` seconds passed."""
     with tempfile.TemporaryDirectory() as tmp:
         proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker",
                                  "-wn", str(tasks), "--local", "-c", "sleep 300"],
                                 env={**os.environ, "TMPDIR": tmp}, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, text=True)
         job = proc.stdout.readline().strip()
-        time.sleep(8)  # every task started and idle
-        client = proc.pid
-        before = job_cpu_seconds(job) + _cpu(client)
+        time.sleep(settle)  # every task started and idle
+        pids = _tfyarn_pids(job, proc.pid)
+        before, t0 = _cpu_of(pids), time.monotonic()
         time.sleep(window)
-        used = job_cpu_seconds(job) + _cpu(client) - before
+        used = _cpu_of(pids) - before
+        took = time.monotonic() - t0
         proc.send_signal(2)
         proc.wait()
-    return used / window
-
-
-def _cpu(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return used / took
 
 
 def staging_times(files: int = 20_000) -> tuple[float, float]:
@@ -312,13 +301,18 @@ def _tfyarn_pids(job_id: str, client: int) -> list[int]:
 
 
 def _cpu_of(pids: list[int]) -> float:
-    total = 0.0
+    """CPU seconds of `pids` (all their threads) from the scheduler's own nanosecond
+    counts: /proc's tick-sampled utime/stime charge a whole tick to whatever runs when it
+    fires, too coarse for hundreds of nearly idle processes."""
+    total = 0
     for pid in pids:
         try:
-            total += _cpu(pid)
-        except OSError:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+        except (OSError, ValueError):
             continue
-    return total
+    return total / 1e9
 
 
 def _pss_mib(pids: list[int]) -> float:
@@ -351,13 +345,15 @@ def scale_run(n: int) -> dict[str, float]:
         job_id = proc.stdout.readline().strip()
         while len(_stamps(stamps, "s")) < n and proc.poll() is None:
             time.sleep(0.05)
-        running = time.time()
         time.sleep(0.3)
         pids = _tfyarn_pids(job_id, proc.pid)
-        cpu0, w0 = _cpu_of(pids), time.monotonic()
-        time.sleep(2.5)
-        idle = (_cpu_of(pids) - cpu0) / (time.monotonic() - w0)
         pss = _pss_mib(pids)
+        window = min(2.5, min(_stamps(stamps, "s")) + 5 - 0.3 - time.time())  # all still run
+        idle = None
+        if window >= 0.5:
+            cpu0, w0 = _cpu_of(pids), time.monotonic()
+            time.sleep(window)
+            idle = (_cpu_of(pids) - cpu0) / (time.monotonic() - w0)
         rc = proc.wait()
         end = time.time()
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -403,9 +399,77 @@ def scale_table(sizes: list[int], repeat: int) -> dict:
     out["launch_overhead_s"] = round(ours - anchor, 3)
     for n in sizes:
         runs = [scale_run(n) for _ in range(repeat if n <= 64 else 1)]
-        out[f"n{n}"] = {k: round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+        out[f"n{n}"] = {k: None if any(r[k] is None for r in runs) else
+                        round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+    out["idle_cores_256_tasks"] = round(idle_cores(256, window=10.0, settle=15.0), 4)
     return out
 
+
+
+# ---------------------------------------------------------------- YARN (#19), on the sandbox
+
+BARE_SKEIN = """
+import skein, sys
+spec = skein.ApplicationSpec.from_dict({"name": "bare", "queue": "default", "master": {
+    "resources": {"memory": 512, "vcores": 1}, "script": "true"}})
+with skein.Client() as client:
+    app = client.submit(spec)
+    print(app, flush=True)
+    while client.application_report(app).state not in ("FINISHED", "FAILED", "KILLED"):
+        pass
+"""
+
+
+def _timed_submit(argv: list[str]) -> tuple[float, float]:
+    """(seconds to the application id on stdout, seconds to the whole client's exit)."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc.stdout.readline()
+    first = time.perf_counter() - t0
+    proc.wait()
+    return first, time.perf_counter() - t0
+
+
+def yarn_rates(repeat: int) -> dict:
+    """On the sandbox YARN, interleaved: a trivial el_submit job with and without the
+    warm driver against bare skein submitting and awaiting a trivial app; gang restart
+    time (a worker's user process SIGKILLed to every task of the new gang running)."""
+    el = [sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", "1",
+          "--python", sys.executable, "-c", "true"]
+    tfyarn = [sys.executable, "-m", "tfyarn"]
+    cold, warm, bare = [], [], []
+    for _ in range(repeat):
+        bare.append(_timed_submit([sys.executable, "-c", BARE_SKEIN]))
+        cold.append(_timed_submit(el))
+        subprocess.run([*tfyarn, "driver", "start"], check=True, capture_output=True)
+        try:
+            warm.append(_timed_submit(el))
+        finally:
+            subprocess.run([*tfyarn, "driver", "stop"], check=True, capture_output=True)
+    med = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
+           for name, runs in (("bare", bare), ("cold", cold), ("warm", warm))}
+    out = {f"yarn_{name}_submit_to_id_s": round(v[0], 2) for name, v in med.items()}
+    out.update({f"yarn_{name}_client_s": round(v[1], 2) for name, v in med.items()})
+    out["yarn_warm_client_ratio"] = round(med["warm"][1] / med["bare"][1], 2)
+    out["yarn_cold_client_ratio"] = round(med["cold"][1] / med["bare"][1], 2)
+    restarts = [yarn_restart_s() for _ in range(repeat)]
+    out["yarn_gang_restart_s"] = round(statistics.median(restarts), 2)
+    return out
+
+
+def yarn_restart_s() -> float:
+    """Worker 1 of attempt 0 SIGKILLs its own user process (stamping the time); every task
+    of attempt 1 stamps when its user code runs: the last stamp minus the kill."""
+    with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as stamps:
+        os.chmod(stamps, 0o777)
+        subprocess.run([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn",
+                        str(TASKS), "--max-restarts", "1", "--python", sys.executable,
+                        "--env", f"STAMPS={stamps}", "-c", RESTART], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        with open(os.path.join(stamps, "failed")) as f:
+            failed = float(f.read())
+        os.remove(os.path.join(stamps, "failed"))
+        return last_stamp(stamps, failed)
 
 def median_of(fn, repeat: int) -> float:
     runs = []
@@ -426,7 +490,12 @@ def main() -> None:
     p.add_argument("--scale", nargs="?", const="4,64,256,512", metavar="N,N,...",
                    help="only local scale: 5 s tasks at each N, and 4-task launch overhead "
                    "against a Python script that Popens the same commands")
+    p.add_argument("--yarn", action="store_true", help="only the YARN rates, on the cluster "
+                   "HADOOP_CONF_DIR names (the sandbox: eval $(scripts/yarn-sandbox env))")
     ns = p.parse_args()
+    if ns.yarn:
+        print(json.dumps(yarn_rates(ns.repeat), indent=2))
+        return
     if ns.scale:
         sizes = [int(x) for x in ns.scale.split(",")]
         print(json.dumps(scale_table(sizes, ns.repeat), indent=2))

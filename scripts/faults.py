@@ -28,9 +28,10 @@ STUBBORN = "trap '' TERM; setsid sleep 300 & sleep 300"
 
 
 def job_pids(job: str, needle: str = "") -> list[int]:
-    """The job's processes (not launchers' watchdogs) whose command line has `needle`."""
+    """The job's processes (not launchers' watchdogs) whose command line or name has
+    `needle` (local launchers are forks named `tfyarn-launcher`)."""
     return [p.pid for p in proctable.carrying(f"TFYARN_JOB_ID={job}")
-            if needle in p.cmdline and p.comm != "tfyarn-watchdog"]
+            if (needle in p.cmdline or needle == p.comm) and p.comm != "tfyarn-watchdog"]
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = 60) -> None:
@@ -91,7 +92,7 @@ ROWS: list[tuple[str, list[str], Callable | None, int, str | None]] = [
      None, 0, None),
     ("a task is SIGKILLed", [*W2, DAEMON], kill_task_proc("sleep 300", signal.SIGKILL), 4, None),
     ("a launcher is SIGKILLed", [*W2, DAEMON],
-     kill_task_proc("tfyarn.runtime.launcher --job", signal.SIGKILL), 4, None),
+     kill_task_proc("tfyarn-launcher", signal.SIGKILL), 4, None),
     ("a task is SIGKILLed, --max-restarts 1 (the new gang leaves daemons, exits 0)",
      ["--max-restarts", "1", *W2, 'if [ "$TFYARN_ATTEMPT" = 1 ]; then setsid sleep 300 & '
       'exit 0; fi; ' + DAEMON], kill_task_proc("sleep 300", signal.SIGKILL), 4, None),
@@ -100,7 +101,7 @@ ROWS: list[tuple[str, list[str], Callable | None, int, str | None]] = [
      None, 0, None),
     ("a launcher is SIGSTOPped (--heartbeat-timeout 5)",
      ["--heartbeat-timeout", "5", *W2, DAEMON],
-     kill_task_proc("tfyarn.runtime.launcher --job", signal.SIGSTOP), 4, None),
+     kill_task_proc("tfyarn-launcher", signal.SIGSTOP), 4, None),
     ("the driver is SIGKILLed", [*W2, DAEMON],
      kill_task_proc("tfyarn.runtime.driver", signal.SIGKILL), 4, None),
     ("the driver gets SIGTERM", [*W2, DAEMON],
@@ -119,7 +120,7 @@ ROWS: list[tuple[str, list[str], Callable | None, int, str | None]] = [
       'if [ "$RANK" = 3 ]; then exit 7; fi; ' + DAEMON], None, 0, None),
     ("a launcher hosting 2 ranks is SIGKILLed",
      ["-t", "pytorch", "-wn", "2", "-ppn", "2", "--local", "-c", DAEMON],
-     kill_task_proc("tfyarn.runtime.launcher --job", signal.SIGKILL), 8, None),
+     kill_task_proc("tfyarn-launcher", signal.SIGKILL), 8, None),
     ("--timeout 2 on a job that hangs", ["--timeout", "2", *W2, DAEMON], None, 0, None),
     ("a task leaves a daemon and exits 0", [*W2, "setsid sleep 300 & true"], None, 0, None),
     ("bad input (-wn 0)", ["-t", "tensorflow-worker", "-wn", "0", "--local", "-c", "true"],

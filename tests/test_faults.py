@@ -68,11 +68,21 @@ def running(job_id: str, needle: str) -> list[str]:
 
 
 def launcher_pid(job_id: str, task: str) -> int:
-    """The launcher of `task` (locally it forks no watchdog: the client does its work)."""
-    pids = [int(p.split(":", 1)[0]) for p in job_processes(job_id)
-            if "tfyarn.runtime.launcher" in p and f"--tasks {task} " in p]
-    assert len(pids) == 1 and comm(pids[0]) != "tfyarn-watchdog", pids
-    return pids[0]
+    """The launcher of `task`: the parent of its user process (the process tagged as the
+    first of `task`'s container), a forked `tfyarn-launcher` (locally no watchdog)."""
+    import proctable
+
+    tag = f"TFYARN_TASK_TAG={job_id}.0.{task}.0".encode()
+    users = [p.pid for p in proctable.live() if tag in p.env]
+    parents = {_ppid(pid) for pid in users}
+    launchers = [pid for pid in parents if comm(pid) == "tfyarn-launcher"]
+    assert len(launchers) == 1, (users, parents)
+    return launchers[0]
+
+
+def _ppid(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def comm(pid: int) -> str:
@@ -177,7 +187,8 @@ def test_second_ctrl_c_kills_at_once_and_a_third_cannot_skip_cleanup(tmp_path):
 def test_sigint_while_32_tasks_spawn(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "32", "--local",
                       "-c", "sleep 300")
-    wait_for(lambda: running(job, "tfyarn.runtime.launcher"), what="the first launchers")
+    wait_for(lambda: len(running(job, "tfyarn.runtime.forkserver")) >= 2,
+             what="the fork server and its first launchers")
     proc.send_signal(signal.SIGINT)  # somewhere in the middle of starting the launchers
     _, err = proc.communicate(timeout=90)
     assert proc.returncode == 130, err

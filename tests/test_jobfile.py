@@ -131,7 +131,7 @@ def test_a_job_file_from_dry_run_runs_the_same_local_job(el_submit, tmp_path):
     same TF_CONFIG as the flags themselves ran."""
     import shlex
 
-    flags = ["-t", "tensorflow-ps", "-pn", "1", "-wn", "3", "-x", "True", "--local"]
+    flags = ["-t", "tensorflow-ps", "-pn", "1", "-wn", "3", "-x", "False", "--local"]  # all print
     command = ["-c", shlex.join(["python", "-c", TF_CONFIG_SHAPE])]
     direct = el_submit(*flags, *command)
     assert direct.returncode == 0, direct.stderr[-2000:]

@@ -25,11 +25,12 @@ TASK = Task("worker", 0)
 class Container:
     """A launcher in its own session (as YARN starts a container), with its own store."""
 
-    def __init__(self, tmp_path, command: str, processes: int = 1) -> None:
+    def __init__(self, tmp_path, command: str, processes: int = 1,
+                 heartbeat_timeout_s: float = 30.0) -> None:
         self.job_id = f"test_{uuid.uuid4().hex[:8]}"
         app = "standalone" if processes == 1 else "tensorflow-worker"
         spec = JobSpec("t", app, (Role("worker", processes, Resources(1024, 1)),), command,
-                       tasks_per_container=processes)
+                       tasks_per_container=processes, heartbeat_timeout_s=heartbeat_timeout_s)
         self.tasks = spec.tasks()
         (tmp_path / "job.json").write_text(spec.to_json())
         self.store = kvmod.Scoped(kvmod.DirKV(str(tmp_path / "kv")), 0)
@@ -123,26 +124,27 @@ def test_the_user_command_is_the_launchers_direct_child(tmp_path):
 
 
 def test_heartbeats_move_while_the_launcher_lives(tmp_path):
-    """The beat is a counter the launcher bumps every HEARTBEAT_S: three new values in a
-    row, each larger, within three beats (plus slack); then it stops with the launcher."""
-    from tfyarn.core.timing import HEARTBEAT_S
+    """The beat moves every heartbeat_s (here 0.5 s: a 3 s timeout): three new tokens in
+    a row, each later, within four beats (plus slack); then it stops with the launcher."""
+    from tfyarn.core.timing import heartbeat_s
 
-    c = Container(tmp_path, "sleep 300")
+    every = heartbeat_s(3.0)
+    c = Container(tmp_path, "sleep 300", heartbeat_timeout_s=3.0)
     c.wait_user(1)
     values: list[int] = []
-    deadline = time.monotonic() + 4 * HEARTBEAT_S + 5
+    deadline = time.monotonic() + 4 * every + 5
     while len(values) < 4 and time.monotonic() < deadline:
-        raw = c.store.get(kvmod.beat_key(TASK))
+        raw = c.store.beats("beat/").get(kvmod.beat_key(TASK))
         if raw is not None and (not values or int(raw) != values[-1]):
             values.append(int(raw))
-        time.sleep(HEARTBEAT_S / 10)  # sampling a counter, not waiting for an order
+        time.sleep(every / 10)  # sampling a counter, not waiting for an order
     assert len(values) == 4 and values == sorted(set(values)), values
     c.store.put(kvmod.STOP, "done")
     c.exit_record()
     assert c.proc.wait(timeout=30) == 0 and gone(c.job_id)
-    last = c.store.get(kvmod.beat_key(TASK))
-    assert c.store.wait("never", timeout=2 * HEARTBEAT_S) is None  # two beats' time passes
-    assert c.store.get(kvmod.beat_key(TASK)) == last  # nobody beats for a dead launcher
+    last = c.store.beats("beat/")
+    assert c.store.wait("never", timeout=2 * every) is None  # two beats' time passes
+    assert c.store.beats("beat/") == last  # nobody beats for a dead launcher
 
 
 def test_orphaned_daemons_are_reparented_to_the_launcher(tmp_path):

@@ -22,7 +22,6 @@ from tfyarn.core.policy import Outcome
 from tfyarn.core.say import say
 from tfyarn.core.timing import STOP_ASK_WAIT_S
 from tfyarn.protocol import kv as kvmod
-from tfyarn.runtime.tensorboard import announce
 
 
 def emit_id(job_id: str, what: str = "job id") -> None:
@@ -58,6 +57,8 @@ class News:
         """TensorBoard's published record (said once), or None before it is out."""
         raw = store.get(kvmod.TENSORBOARD) if self.spec.tensorboard_dir else None
         if raw is not None and not self.tensorboard_said:
+            from tfyarn.runtime.tensorboard import announce  # only with -enable_tensorboard
+
             line = announce(raw)
             if line:
                 say(line)

@@ -42,6 +42,7 @@ from tfyarn.core.timing import (
     CLIENT_TICK_S,
     FOLLOW_S,
     LOCAL_DRIVER_SLACK_S,
+    REAP_WAIT_S,
     RESTART_EXIT_WAIT_S,
     STOP_REPORT_S,
     TENSORBOARD_DONE_SLACK_S,
@@ -51,10 +52,9 @@ from tfyarn.hdfs import webhdfs
 from tfyarn.protocol import inotify
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime import proc
-from tfyarn.runtime.launcher import TAG_VAR, container_tag
-from tfyarn.runtime.tensorboard import MISSING_HINT
 
 JOB_DIR_PREFIX = "tfyarn-"
+Process = subprocess.Popen | proc.Forked  # a launcher is forked by its gang's fork server
 
 
 def new_job_id() -> str:
@@ -245,13 +245,14 @@ class Procs:
     jd: JobDir
     follower: proc.Follower
     driver: subprocess.Popen | None = None
-    launchers: dict[Container, subprocess.Popen] = field(default_factory=dict)
+    launchers: dict[Container, Process] = field(default_factory=dict)
+    forks: list[proc.ForkServer] = field(default_factory=list)  # one per gang
     attempt: int = 0  # the gang `launchers` belong to
     tensorboard: subprocess.Popen | None = None  # the side task, with -enable_tensorboard
 
-    def all(self) -> list[subprocess.Popen]:
-        return [p for p in (self.driver, self.tensorboard, *self.launchers.values())
-                if p is not None]
+    def all(self) -> list[Process]:
+        return [p for p in (self.driver, self.tensorboard, *self.launchers.values(),
+                            *(f.proc for f in self.forks)) if p is not None]
 
     def spawn(self, label: str, prefix: str | None, argv: list[str], cwd: str,
               env: dict[str, str]) -> subprocess.Popen:
@@ -310,38 +311,46 @@ def check_tensorboard(spec: JobSpec, env: Mapping[str, str]) -> None:
                             "sys.exit(u.find_spec('tensorboard') is None)"],
                            env=dict(env), capture_output=True).returncode == 0
     if not found:
+        from tfyarn.runtime import tensorboard
+
         raise EnvironmentMissing(f"-enable_tensorboard: {python} has no tensorboard; "
-                                 f"{MISSING_HINT}, or drop -enable_tensorboard")
+                                 f"{tensorboard.MISSING_HINT}, or drop -enable_tensorboard")
 
 
 def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
                     gpus: dict[str, str]) -> None:
-    """One launcher per container for the attempt in `procs.attempt`; stops spawning as
-    soon as a signal came. A one-task container's lines are prefixed `[task] ` here; a
-    launcher of several prefixes each process's lines itself. A restarted container
-    appends to the same log file."""
-    jd, py = procs.jd, sys.executable
+    """One launcher per container for the attempt in `procs.attempt`, forked by a fork
+    server of the gang (all asked for at once; none waits for another's start); stops
+    asking as soon as a signal came. A one-task container's lines are prefixed `[task] `
+    here; a launcher of several prefixes each process's lines itself. A restarted
+    container appends to the same log file."""
+    jd = procs.jd
     docker = ["--docker-image", spec.runtime.arg or ""] if spec.runtime.mode == "docker" else []
     procs.launchers = {}
     try:
+        forks = proc.ForkServer("tfyarn.runtime.forkserver", env, jd.root)
+    except OSError as exc:
+        raise EnvironmentMissing(f"could not start the job's launchers: {exc}; raise the "
+                                 "limits (ulimit -n, ulimit -u)") from None
+    procs.forks.append(forks)
+    try:
         for c in spec.containers():
             if interrupts.count:
-                return
+                break
             tasks = ",".join(str(t) for t in c.tasks)
-            prefix = f"[{c.tasks[0]}] " if len(c.tasks) == 1 else ""
-            procs.launchers[c] = procs.spawn(
-                c.name, prefix, [py, "-m", "tfyarn.runtime.launcher", "--job", jd.job_json,
-                                 "--tasks", tasks, "--kv", jd.kv_url, "--gpus", gpus[c.name],
-                                 "--attempt", str(procs.attempt), "--no-watchdog", *docker],
-                jd.task_dir(c), env)
-    except OSError as exc:
-        raise EnvironmentMissing(
-            f"could not start the job's processes after {len(procs.all())} of "
-            f"{len(spec.tasks()) + 1}: {exc}; raise the limits (ulimit -n for open files, "
-            "ulimit -u for processes) or run fewer tasks") from None
+            log = jd.log_path(c.name)
+            procs.launchers[c] = forks.spawn(
+                ["--job", jd.job_json, "--tasks", tasks, "--kv", jd.kv_url, "--gpus",
+                 gpus[c.name], "--attempt", str(procs.attempt), "--no-watchdog", *docker],
+                jd.task_dir(c), log, name="tfyarn-launcher")
+            procs.follower.add(log, f"[{c.tasks[0]}] " if len(c.tasks) == 1 else "")
+    finally:
+        forks.close()  # it exits once its last launcher has
+    for child in procs.launchers.values():
+        child.started()
 
 
-def end_launchers(launchers: Iterable[subprocess.Popen], timeout: float) -> None:
+def end_launchers(launchers: Iterable[Process], timeout: float) -> None:
     """An earlier gang's launchers: they exit by themselves once they reported; one that
     did not in time is killed with its group (its watchdog ends what it started)."""
     launchers = list(launchers)
@@ -366,7 +375,7 @@ class Wake:
         self.old_wakeup = signal.set_wakeup_fd(self.sig_w, warn_on_full_buffer=False)
         self.sel.register(self.sig_r, selectors.EVENT_READ, "signal")
         self.old_chld = signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the select
-        self.pidfds: dict[int, subprocess.Popen] = {}
+        self.pidfds: dict[int, Process] = {}
         self.blind = False  # no pidfds here: every wake looks at every process
 
     def __enter__(self) -> Wake:
@@ -382,7 +391,7 @@ class Wake:
             self.watch.close()
         self.sel.close()
 
-    def add(self, procs: Iterable[subprocess.Popen]) -> None:
+    def add(self, procs: Iterable[Process]) -> None:
         for p in procs:
             try:
                 fd = os.pidfd_open(p.pid)
@@ -392,7 +401,7 @@ class Wake:
             self.pidfds[fd] = p
             self.sel.register(fd, selectors.EVENT_READ, "pid")
 
-    def wait(self, timeout: float) -> list[subprocess.Popen] | None:
+    def wait(self, timeout: float) -> list[Process] | None:
         """Block until something happened or `timeout`; the processes that ended (None:
         unknown, look at all)."""
         ended = []
@@ -400,7 +409,10 @@ class Wake:
             if key.data == "pid":
                 self.sel.unregister(key.fd)
                 os.close(key.fd)
-                ended.append(self.pidfds.pop(key.fd))
+                p = self.pidfds.pop(key.fd)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    p.wait(timeout=REAP_WAIT_S)  # a forked one's code comes from its server
+                ended.append(p)
             elif key.data == "signal":
                 with contextlib.suppress(OSError):
                     os.read(self.sig_r, 4096)
@@ -417,14 +429,16 @@ def job_pids(job_id: str) -> list[int]:
     return proc.tagged("TFYARN_JOB_ID", job_id)
 
 
-def kill_groups(procs: Iterable[subprocess.Popen]) -> None:
+def kill_groups(procs: Iterable[Process]) -> None:
     """SIGKILL the process group of each process we started (each leads its own)."""
     for p in procs:
+        if p.pid <= 1:  # a fork that never happened
+            continue
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(p.pid, signal.SIGKILL)
 
 
-def kill_all(procs: Iterable[subprocess.Popen], job_id: str, docker: bool) -> None:
+def kill_all(procs: Iterable[Process], job_id: str, docker: bool) -> None:
     """SIGKILL every process group we started, then anything else that carries the job id."""
     procs = list(procs)
     kill_groups(procs)
@@ -442,7 +456,7 @@ def _remove_containers(job_id: str) -> None:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
 
 
-def wait_procs(procs: Iterable[subprocess.Popen], timeout: float,
+def wait_procs(procs: Iterable[Process], timeout: float,
                cut: Callable[[], bool] = lambda: False) -> bool:
     """Wait (bounded) for processes to end by themselves; `cut` ends the wait early."""
     deadline = time.monotonic() + timeout
@@ -595,7 +609,7 @@ class LocalJob:
         return outcome
 
 
-def reported(procs: Procs) -> list[subprocess.Popen]:
+def reported(procs: Procs) -> list[Process]:
     """Launchers that published their exit record, so are about to exit by themselves;
     the others (frozen, or never told) are killed without waiting."""
     store = kvmod.Scoped(kvmod.open_kv(procs.jd.kv_url), procs.attempt)
@@ -603,13 +617,13 @@ def reported(procs: Procs) -> list[subprocess.Popen]:
             if all(store.get(kvmod.exit_key(t)) is not None for t in c.tasks)]
 
 
-def describe_rc(p: subprocess.Popen) -> str:
+def describe_rc(p: Process) -> str:
     sig = signal_of(p.poll())
     return f"killed by {sig.name}" if sig is not None else f"exit code {p.returncode}"
 
 
 def report_dead_launchers(procs: Procs, store: kvmod.KV,
-                          ended: Iterable[subprocess.Popen] | None) -> None:
+                          ended: Iterable[Process] | None) -> None:
     """A launcher process that ended without an exit record died (SIGKILL, OOM killer):
     tell the driver now rather than after the heartbeat timeout, and end what it left
     running (launchers fork no watchdog locally). `ended`: the processes that ended
@@ -619,6 +633,8 @@ def report_dead_launchers(procs: Procs, store: kvmod.KV,
         if (ended is not None and p.pid not in ended) or p.poll() is None:
             continue
         if p.returncode != 0:
+            from tfyarn.runtime.launcher import TAG_VAR, container_tag  # rare: its import
+
             tag = container_tag(container.tasks[0], procs.attempt)
             proc.kill_rounds(lambda t=tag: proc.tagged(TAG_VAR, f"{t}.", prefix=True))
         for task in container.tasks:

@@ -39,7 +39,7 @@ from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_POLL_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.protocol.skeinlink import NO_HADOOP, Yarn, keeping_log
+from tfyarn.protocol.skeinlink import NO_HADOOP, Yarn, keeping_log, warm_driver
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 REPORT_RETRIES = 5  # consecutive failed report calls before the watcher gives up
@@ -67,7 +67,35 @@ def require_client(opts: ClientOptions) -> None:
 
 
 def _start_client(opts: ClientOptions, log: str) -> Yarn:
+    """The warm driver when one serves this configuration (no --principal/--keytab of
+    this call's own), else a driver of this call's own (a JVM: ~5 s)."""
+    if not opts.principal and not opts.keytab:
+        warm = Yarn.warm(os.environ.get("HADOOP_CONF_DIR"))
+        if warm is not None:
+            return warm
     return Yarn.start(opts.principal, opts.keytab, log)
+
+
+def driver(action: str, opts: ClientOptions) -> int:
+    """`tfyarn driver start|stop|status`: a warm skein driver that submits, status and
+    kill calls share instead of each starting a JVM."""
+    if opts.conf_dir:
+        os.environ["HADOOP_CONF_DIR"] = os.path.abspath(opts.conf_dir)
+    conf_dir = os.environ.get("HADOOP_CONF_DIR")
+    if action == "start":
+        require_client(opts)
+        log = Settings.from_environ().log_path("skein-warm-driver.log")
+        address = Yarn.start_warm(conf_dir, opts.principal, opts.keytab, log)
+        say(f"warm driver at {address} for HADOOP_CONF_DIR={conf_dir} (log: {log}); "
+            "stop it with: tfyarn driver stop")
+    elif action == "stop":
+        say("warm driver stopped" if Yarn.stop_warm() else "no warm driver was running")
+    else:
+        note = warm_driver()
+        running = note is not None and Yarn.warm(note.get("conf_dir")) is not None
+        print(f"running at {note['address']} for HADOOP_CONF_DIR={note.get('conf_dir')}"
+              if running and note else "not running (start one: tfyarn driver start)")
+    return 0
 
 
 @contextmanager

@@ -173,8 +173,9 @@ class JobSpec:
             raise SpecError("-wait_time must be greater than 0")
         if self.timeout_s is not None and self.timeout_s <= 0:
             raise SpecError("--timeout must be greater than 0 seconds")
-        if self.heartbeat_timeout_s <= timing.HEARTBEAT_S:
-            raise SpecError(f"--heartbeat-timeout must be over {timing.HEARTBEAT_S:g} s")
+        if self.heartbeat_timeout_s < timing.HEARTBEAT_MIN_TIMEOUT_S:
+            raise SpecError("--heartbeat-timeout must be at least "
+                            f"{timing.HEARTBEAT_MIN_TIMEOUT_S:g} s")
         if not 1 <= self.tasks_per_container <= MAX["per_container"]:
             raise SpecError(f"tasks per container must be 1..{MAX['per_container']}")
         for key, _ in self.env:

@@ -12,7 +12,17 @@ HEARTBEAT_TIMEOUT_S = 30.0  # a launcher silent this long is "lost": dead, froze
 REGISTER_TIMEOUT_MIN = 10  # el_submit's -wait_time default
 
 # --- launcher
-HEARTBEAT_S = 2.0  # launcher -> store; well under HEARTBEAT_TIMEOUT_S so one slow put is fine
+HEARTBEAT_MAX_S = 5.0  # launcher -> store, at most this far apart (each beat of hundreds of
+# launchers costs the machine CPU while a job idles), and 6 to the heartbeat timeout
+HEARTBEAT_MIN_TIMEOUT_S = 2.0  # the shortest --heartbeat-timeout accepted
+
+
+def heartbeat_s(timeout_s: float) -> float:
+    """How often a launcher beats for a job whose heartbeat timeout is `timeout_s`: six
+    beats to a timeout, so one slow put never counts as silence."""
+    return min(HEARTBEAT_MAX_S, timeout_s / 6)
+
+
 WAKE_S = 0.5  # a launcher waiting for the cluster spec re-checks its flags this often
 PARENT_CHECK_S = 5.0  # a running launcher's backstop look at its parent: its death comes
 # as a signal (local mode: parent-death signal; YARN: the NodeManager's group kill)
@@ -57,6 +67,8 @@ STOP_ASK_WAIT_S = 30.0  # both clients: after asking the driver for an orderly s
 # the ApplicationMaster then unregisters and the RM's report catches up (seconds)
 FOLLOW_S = 0.1  # local client: task log files are read for the terminal as they grow,
 # at most this often (and this often where inotify is refused)
+REAP_WAIT_S = 2.0  # local client: a launcher seen ending, until its fork server reports its
+# exit code (it reaps at once: milliseconds)
 CLIENT_TICK_S = 1.0  # local client: its loop wakes on events (the store, signals, a process
 # ending); with none, this often (deadlines: the stop escalation, --timeout)
 RESTART_EXIT_WAIT_S = 2.0  # local restart: an old launcher has reported (the driver waited

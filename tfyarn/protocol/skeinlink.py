@@ -17,6 +17,7 @@ what to run next.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -176,6 +177,53 @@ class Yarn:
             sys.unraisablehook = hook
         raise EnvironmentMissing(f"{message} (skein's driver log: {log})")
 
+    @classmethod
+    def warm(cls, conf_dir: str | None) -> Yarn | None:
+        """The warm driver (`tfyarn driver start`) when it runs for the same Hadoop
+        configuration: a submit then starts no JVM. None otherwise."""
+        import skein
+
+        marker = _read_warm()
+        if marker is None or marker.get("conf_dir") != conf_dir:
+            return None
+        hook = sys.unraisablehook
+        sys.unraisablehook = lambda _info: None  # a half-built client's __del__
+        try:
+            return cls(skein.Client.from_global_driver())
+        except (*_failures(), skein.exceptions.DriverNotRunningError):
+            return None
+        finally:
+            sys.unraisablehook = hook
+
+    @staticmethod
+    def start_warm(conf_dir: str | None, principal: str | None, keytab: str | None,
+                   log: str) -> str:
+        """Start (or find) skein's global driver, for this configuration; its address."""
+        import skein
+
+        try:
+            address = skein.Client.start_global_driver(principal=principal, keytab=keytab,
+                                                       log=log, log_level="INFO")
+        except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
+            raise EnvironmentMissing(f"{_start_failure(exc)} (skein's driver log: {log})") \
+                from None
+        _write_warm({"address": address, "conf_dir": conf_dir, "log": log})
+        return address
+
+    @staticmethod
+    def stop_warm() -> bool:
+        """Stop the warm driver; whether one ran."""
+        import skein
+
+        marker = _read_warm()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(_warm_path())
+        try:
+            skein.Client.stop_global_driver()
+        except _failures():
+            skein.Client.stop_global_driver(force=True)
+        return marker is not None
+
     def __enter__(self) -> Yarn:
         return self
 
@@ -228,6 +276,35 @@ class Yarn:
         except _failures() as exc:
             raise YarnUnreachable(f"cannot list applications: {exc}; check the cluster with: "
                                   "yarn node -list") from None
+
+
+def _warm_path() -> str:
+    """tfyarn's note beside skein's global driver: which Hadoop configuration it serves
+    (skein's own file does not say, and a driver for another cluster must not be used)."""
+    import skein
+
+    return os.path.join(skein.properties.config_dir, "tfyarn-warm-driver.json")
+
+
+def _read_warm() -> dict | None:
+    try:
+        with open(_warm_path(), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _write_warm(marker: dict) -> None:
+    path = _warm_path()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(f"{path}.tmp", "w", encoding="utf-8") as f:
+        json.dump(marker, f)
+    os.replace(f"{path}.tmp", path)
+
+
+def warm_driver() -> dict | None:
+    """What `tfyarn driver status` says: the warm driver's note, if one was started."""
+    return _read_warm()
 
 
 def _start_failure(exc: BaseException) -> str:

@@ -50,10 +50,10 @@ from tfyarn.core.timing import (
     CONTAINER_END_WAIT_S,
     CONTAINER_POLL_S,
     DRIVER_TICK_S,
-    HEARTBEAT_S,
     STOP_REPORT_S,
     TENSORBOARD_DONE_SLACK_S,
     VERDICT_EXIT_S,
+    heartbeat_s,
 )
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
@@ -213,10 +213,11 @@ class Referee:
 @dataclass
 class Follow:
     """The driver's running picture of one attempt: its task keys as they are put (a
-    feed of the store's changes, not rescans), heartbeats read every HEARTBEAT_S."""
+    feed of the store's changes, not rescans), heartbeats read as often as they beat."""
 
     store: kvmod.KV  # the whole store
     scoped: kvmod.Scoped
+    beat_s: float
     feed: kvmod.Feed = field(init=False)
     snap: Snapshot = field(default_factory=Snapshot)
     beats_at: float = -1e9
@@ -232,9 +233,9 @@ class Follow:
         for key, value in self.feed.next(timeout).items():
             if key.startswith(self.scoped.prefix):
                 taskstate.apply(self.snap, key[n:], value)
-        if time.monotonic() - self.beats_at >= HEARTBEAT_S:
+        if time.monotonic() - self.beats_at >= self.beat_s:
             self.beats_at = time.monotonic()
-            for key, value in self.scoped.scan("beat/").items():
+            for key, value in self.scoped.beats("beat/").items():
                 taskstate.apply(self.snap, key, value)
         return self.snap
 
@@ -285,7 +286,7 @@ def run_attempt(spec: JobSpec, store: kvmod.KV, gang: gangmod.Gang, attempt: int
     say(f"attempt {attempt + 1}/{spec.attempts}: waiting for "
         f"{plural(len(spec.tasks()), 'task')} to register "
         f"(-wait_time {spec.register_timeout_s / 60:g} min)", "driver")
-    follow = Follow(store, scoped)
+    follow = Follow(store, scoped, heartbeat_s(spec.heartbeat_timeout_s))
     while (outcome := referee.step(follow.next(DRIVER_TICK_S))) is None:
         pass
     say(f"{outcome.state}: {outcome.message}", "driver")

@@ -45,10 +45,10 @@ from tfyarn.core.tfconfig import (
 )
 from tfyarn.core.timing import (
     CLUSTER_WAIT_SLACK_S,
-    HEARTBEAT_S,
     PARENT_CHECK_S,
     STOP_WAIT_S,
     WAKE_S,
+    heartbeat_s,
 )
 from tfyarn.hdfs import plugin as hdfs
 from tfyarn.protocol import kv as kvmod
@@ -150,19 +150,19 @@ def _daemon(target: Callable[[], object]) -> threading.Thread:
 
 
 def heartbeat(store: kvmod.KV, tasks: Sequence[Task], flag: StopFlag,
-              done: threading.Event) -> None:
-    """Bump each task's beat counter every HEARTBEAT_S until `done`; the driver counts a
-    task whose counter stops moving as lost."""
+              done: threading.Event, interval: float) -> None:
+    """Bump each task's beat every `interval` until `done`; the driver counts a task
+    whose beat stops moving as lost."""
     n = 0
     while not done.is_set():
         n += 1
         try:
             for task in tasks:
-                store.put(kvmod.beat_key(task), str(n))
+                store.beat(kvmod.beat_key(task), n)
         except (StoreGone, OSError) as exc:
             flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
             return
-        done.wait(HEARTBEAT_S)
+        done.wait(interval)
 
 
 def watch_stop(store: kvmod.KV, flag: StopFlag, done: threading.Event,
@@ -395,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     done = threading.Event()
     launcher = Launcher(args, settings, store, flag, tag, watchdog)
     try:
-        _daemon(lambda: heartbeat(store, args.tasks, flag, done))
+        interval = heartbeat_s(args.job.heartbeat_timeout_s)
+        _daemon(lambda: heartbeat(store, args.tasks, flag, done, interval))
         _daemon(lambda: watch_stop(store, flag, done, launcher.cluster_seen))
         launcher.run()
     except Exception as exc:  # the launcher's last resort, never silent: whatever broke is
