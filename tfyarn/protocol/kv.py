@@ -169,7 +169,15 @@ class DirKV(KV):
         self._made: set[str] = set()
         self._local = threading.local()
         os.makedirs(root, exist_ok=True)
-        self.bell = bellmod.Bell(bellmod.name_for(root)).start() if ringer else None
+        self.bell = self._bell() if ringer else None
+
+    def _bell(self) -> bellmod.Bell | None:
+        """The ringer's bell; None where it cannot be had (its name taken, no unix
+        sockets): the waiters then poll, backing off."""
+        try:
+            return bellmod.Bell(bellmod.name_for(self.root)).start()
+        except OSError:
+            return None
 
     def _path(self, key: str) -> str:
         return os.path.join(self.root, *(urllib.parse.quote(p, safe="") for p in key.split("/")))

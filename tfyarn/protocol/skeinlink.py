@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -28,6 +30,7 @@ from tfyarn.core.errors import EnvironmentMissing, SpecError, StoreGone, TfYarnE
 
 T = TypeVar("T")
 GRPC_FORK_VAR = "GRPC_ENABLE_FORK_SUPPORT"
+WARM_STOP_S = 10.0  # `tfyarn driver stop`: the JVM's own shutdown, before it is killed
 _users_grpc_fork: str | None = None  # its value before we turned it off, for user processes
 
 
@@ -218,10 +221,13 @@ class Yarn:
         marker = _read_warm()
         with contextlib.suppress(FileNotFoundError):
             os.unlink(_warm_path())
+        _, pid = skein.core._read_driver()  # skein's own note of its global driver
         try:
             skein.Client.stop_global_driver()
         except _failures():
             skein.Client.stop_global_driver(force=True)
+        if pid:
+            _wait_gone(pid, WARM_STOP_S)
         return marker is not None
 
     def __enter__(self) -> Yarn:
@@ -276,6 +282,22 @@ class Yarn:
         except _failures() as exc:
             raise YarnUnreachable(f"cannot list applications: {exc}; check the cluster with: "
                                   "yarn node -list") from None
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    """Until the process ends (skein only sends SIGTERM); SIGKILL after `timeout`."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return  # gone already (or no pidfds: nothing to wait on)
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        if not ready:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+            select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
 
 
 def _warm_path() -> str:
