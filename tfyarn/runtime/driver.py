@@ -291,6 +291,8 @@ def run_attempt(spec: JobSpec, store: kvmod.KV, gang: gangmod.Gang, attempt: int
         pass
     say(f"{outcome.state}: {outcome.message}", "driver")
     store.put(kvmod.PHASE, "stopping")
+    if restart_after(spec, outcome, attempt):  # likely: YARN's word may still say no
+        _request(gang, attempt + 1)
     snap = stop_everything(spec, scoped, outcome, referee.gone, follow)
     if referee.rendezvous is not None:
         referee.rendezvous.stop()
@@ -313,6 +315,7 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
         gang.start(attempt, earlier)
         outcome, tasks = run_attempt(spec, store, gang, attempt, job, advertise_host)
         if not restart_after(spec, outcome, attempt):
+            _clear(gang, attempt + 1)  # asked for early, and not wanted after all
             break
         words = restart_words(spec, attempt + 1, outcome.message)
         say(words, "driver")
@@ -327,6 +330,13 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
     if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
         store.wait(kvmod.ACK, timeout=ACK_WAIT_S)
     return final
+
+
+def _request(gang: gangmod.Gang, attempt: int) -> None:
+    try:
+        gang.request(attempt)
+    except StoreGone as exc:  # asked again when the attempt starts
+        say(f"could not ask for attempt {attempt + 1}'s containers early: {exc!r}", "driver")
 
 
 def _clear(gang: gangmod.Gang, attempt: int) -> None:
