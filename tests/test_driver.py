@@ -188,6 +188,29 @@ def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path):
     assert out.attempts[0]["tasks"]["worker:0"]["lost"]
 
 
+def test_yarn_a_settled_failure_asks_for_the_next_gang_before_stopping_the_old(tmp_path):
+    """A task SIGKILLed while its launcher heard nothing (so not YARN's kill): nothing YARN
+    says can change the verdict, so the new gang's containers are asked for at once,
+    before the old gang's stop (skein's ApplicationMaster then talks to the RM every 1 s,
+    not 5 s)."""
+    spec, store, app, thread, result = _yarn_job(tmp_path)
+    gang = kvmod.Scoped(store, 0)
+    gang.put(kvmod.exit_key(Task("worker", 1)), json.dumps(ex(-9)))
+    assert gang.wait(kvmod.STOP, timeout=5)
+    assert [c for c, _ in app.added] == ["worker-0_1", "worker-1_1"]  # worker:0 still runs
+    assert kvmod.current_attempt(store) == 0  # not announced until the old gang stopped
+    gang.put(kvmod.exit_key(Task("worker", 0)), json.dumps(ex(-15, stopped=True)))
+    new = kvmod.Scoped(store, 1)
+    for t in spec.tasks():
+        new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
+    assert new.wait(kvmod.CLUSTER, timeout=30)
+    assert len(app.added) == 2  # asked for once
+    for t in spec.tasks():
+        new.put(kvmod.exit_key(t), json.dumps(ex(0)))
+    thread.join(timeout=30)
+    assert result["out"].state == "SUCCEEDED" and result["out"].attempt == 1
+
+
 def test_the_driver_process_ends_with_its_verdict_whatever_hangs():
     """A shutdown step that never returns (a non-daemon thread blocked for good, as a stuck
     gRPC stream or page handler would be) cannot keep the driver, so the application,

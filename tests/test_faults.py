@@ -106,6 +106,32 @@ def test_sigkill_of_a_launcher_fails_the_job_and_leaves_nothing(tmp_path):
     nothing_left(job)  # the setsid'ed daemons included: the client ended them
 
 
+def test_a_killed_launchers_daemons_are_gone_before_the_new_gang_runs(tmp_path):
+    """Locally no watchdog forks per launcher: when a launcher is SIGKILLed and the gang
+    restarts, el_submit ends what the dead launcher's tree left (setsid'ed daemons) while
+    the job goes on, not only at its end."""
+    import proctable
+
+    gate = tmp_path / "gate"
+    cmd = (f'if [ "$TFYARN_ATTEMPT" = 0 ]; then {DAEMON}; fi; '
+           f'until [ -e {gate} ]; do sleep 0.05; done')
+    proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--max-restarts", "1",
+                      "--local", "-c", cmd)
+
+    def of_attempt(k: int) -> list[int]:
+        return [p.pid for p in proctable.carrying(f"TFYARN_JOB_ID={job}")
+                if f"TFYARN_ATTEMPT={k}".encode() in p.env]
+
+    wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="2 tasks with their daemons")
+    os.kill(launcher_pid(job, "worker:1"), signal.SIGKILL)
+    wait_for(lambda: len(running(job, "until [ -e")) >= 2, what="the new gang running")
+    assert of_attempt(0) == []  # the old gang's daemons, both launchers' included
+    gate.touch()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    nothing_left(job)
+
+
 def test_frozen_launcher_is_lost_after_the_heartbeat_timeout(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--heartbeat-timeout",
                       "5", "--local", "-c", "sleep 300")

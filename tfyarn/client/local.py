@@ -247,6 +247,7 @@ class Procs:
     driver: subprocess.Popen | None = None
     launchers: dict[Container, Process] = field(default_factory=dict)
     forks: list[proc.ForkServer] = field(default_factory=list)  # one per gang
+    ended: set[int] = field(default_factory=set)  # launchers whose end was handled
     attempt: int = 0  # the gang `launchers` belong to
     tensorboard: subprocess.Popen | None = None  # the side task, with -enable_tensorboard
 
@@ -350,15 +351,25 @@ def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts
         child.started()
 
 
-def end_launchers(launchers: Iterable[Process], timeout: float) -> None:
+def end_launchers(launchers: Mapping[Container, Process], job_id: str, attempt: int,
+                  timeout: float) -> None:
     """An earlier gang's launchers: they exit by themselves once they reported; one that
-    did not in time is killed with its group (its watchdog ends what it started)."""
-    launchers = list(launchers)
-    wait_procs(launchers, timeout)
-    left = [p for p in launchers if p.poll() is None]
-    kill_groups(left)
-    for p in left:
+    did not in time is killed with its group, and what its tree left with it."""
+    wait_procs(launchers.values(), timeout)
+    left = {c: p for c, p in launchers.items() if p.poll() is None}
+    kill_groups(left.values())
+    for container, p in left.items():
         p.wait()
+        end_leftovers(job_id, container, attempt)
+
+
+def end_leftovers(job_id: str, container: Container, attempt: int) -> None:
+    """What the launcher of `container` started and left running when it died or was
+    killed (a daemon that left its group): locally no watchdog forks to do it."""
+    from tfyarn.runtime.launcher import TAG_VAR, container_tag  # rarely needed: its import
+
+    tag = container_tag(job_id, container.tasks[0], attempt)
+    proc.kill_rounds(lambda: proc.tagged(TAG_VAR, f"{tag}.", prefix=True))
 
 
 class Wake:
@@ -529,7 +540,7 @@ class LocalJob:
                 if escalation.asked_at is None and self._next_attempt(procs, store, relaunch):
                     wake.add(list(procs.launchers.values()))
                 self.news.read(store)
-                report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt),
+                report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt), self.job_id,
                                       wake.wait(CLIENT_TICK_S))
         if procs.driver is not None and store.get(kvmod.STATUS) is None:
             say(f"the driver ended without a final status ({describe_rc(procs.driver)}); "
@@ -560,7 +571,7 @@ class LocalJob:
         attempt = kvmod.current_attempt(store)
         if attempt <= procs.attempt:
             return False
-        end_launchers(procs.launchers.values(), RESTART_EXIT_WAIT_S)
+        end_launchers(procs.launchers, self.job_id, procs.attempt, RESTART_EXIT_WAIT_S)
         procs.attempt = attempt
         relaunch()
         return True
@@ -622,21 +633,20 @@ def describe_rc(p: Process) -> str:
     return f"killed by {sig.name}" if sig is not None else f"exit code {p.returncode}"
 
 
-def report_dead_launchers(procs: Procs, store: kvmod.KV,
+def report_dead_launchers(procs: Procs, store: kvmod.KV, job_id: str,
                           ended: Iterable[Process] | None) -> None:
     """A launcher process that ended without an exit record died (SIGKILL, OOM killer):
     tell the driver now rather than after the heartbeat timeout, and end what it left
     running (launchers fork no watchdog locally). `ended`: the processes that ended
-    (None: not known, look at every launcher)."""
+    (None: not known, look at every launcher). Each ending is handled once."""
     ended = None if ended is None else {p.pid for p in ended}
     for container, p in procs.launchers.items():
-        if (ended is not None and p.pid not in ended) or p.poll() is None:
+        if (ended is not None and p.pid not in ended) or p.pid in procs.ended \
+                or p.poll() is None:
             continue
+        procs.ended.add(p.pid)
         if p.returncode != 0:
-            from tfyarn.runtime.launcher import TAG_VAR, container_tag  # rare: its import
-
-            tag = container_tag(container.tasks[0], procs.attempt)
-            proc.kill_rounds(lambda t=tag: proc.tagged(TAG_VAR, f"{t}.", prefix=True))
+            end_leftovers(job_id, container, procs.attempt)
         for task in container.tasks:
             if store.get(kvmod.exit_key(task)) is None and store.get(kvmod.lost_key(task)) is None:
                 store.put(kvmod.lost_key(task), json.dumps({

@@ -102,10 +102,15 @@ def merge_records(exits: Mapping[Task, dict], lost: Mapping[Task, dict],
 def needs_yarn_word(rec: Mapping | None) -> bool:
     """A failure the launcher cannot explain (stopped from outside, lost, killed by a
     signal): on YARN the container's end says what happened (a memory kill, permanent,
-    is a SIGTERM then SIGKILL to the container; a preemption is retryable)."""
+    is a SIGTERM then SIGKILL to the container; a preemption is retryable). Not a task
+    SIGKILLed while its launcher heard nothing: YARN's kills start with a SIGTERM to the
+    whole container, which the launcher hears too, so that SIGKILL was not YARN's."""
     if rec is None or rec.get("yarn"):
         return False
-    return bool(rec.get("stopped") or rec.get("lost")) or signal_of(rec.get("code")) is not None
+    if rec.get("stopped") or rec.get("lost"):
+        return True
+    sig = signal_of(rec.get("code"))
+    return sig is not None and sig != signal.SIGKILL
 
 
 def _failed(rec: Mapping) -> bool:

@@ -291,8 +291,9 @@ def run_attempt(spec: JobSpec, store: kvmod.KV, gang: gangmod.Gang, attempt: int
         pass
     say(f"{outcome.state}: {outcome.message}", "driver")
     store.put(kvmod.PHASE, "stopping")
-    if restart_after(spec, outcome, attempt):  # likely: YARN's word may still say no
-        _request(gang, attempt + 1)
+    if restart_after(spec, outcome, attempt) and not needs_yarn_word(
+            referee.last_records.get(Task.parse(outcome.task)) if outcome.task else None):
+        _request(gang, attempt + 1)  # settled already: YARN's word cannot say otherwise
     snap = stop_everything(spec, scoped, outcome, referee.gone, follow)
     if referee.rendezvous is not None:
         referee.rendezvous.stop()

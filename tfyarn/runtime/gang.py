@@ -133,6 +133,8 @@ class SkeinGang(Gang):
     def clear(self, attempt: int) -> None:
         """Kill the attempt's containers still running (a frozen launcher never exits)."""
         mine = self.ids.get(attempt, {})
+        if not mine:
+            return  # none asked for (an attempt not started, nor requested early)
         for c in self.app.containers(states=["WAITING", "REQUESTED", "RUNNING"]):
             if c.id in mine:
                 self.app.kill_container(c.id)

@@ -61,11 +61,10 @@ TAG_VAR = "TFYARN_TASK_TAG"  # marks every process of one launcher's tree, for t
 
 
 
-def container_tag(first: Task, attempt: int) -> str:
+def container_tag(job_id: str, first: Task, attempt: int) -> str:
     """The tag (TAG_VAR's value, then `.<slot>`) on every process one launcher starts:
-    by job, attempt and first task, so local mode's client can end what a launcher that
-    died left behind without asking it."""
-    job_id = os.environ.get("TFYARN_JOB_ID", "unknown")
+    by job (on YARN the application id), attempt and first task, so local mode's client
+    can end what a launcher that died left behind without asking it."""
     return f"{job_id}.{attempt}.{first}"
 
 
@@ -385,12 +384,12 @@ class Launcher:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    tag = container_tag(args.tasks[0], args.attempt)
+    settings = Settings.from_environ()
+    tag = container_tag(settings.job_id or "unknown", args.tasks[0], args.attempt)
     watchdog = proc.start_watchdog(TAG_VAR, f"{tag}.") if args.watchdog else -1  # no thread yet
     proc.set_subreaper()
     flag = StopFlag()
     install_signal_handlers(flag)
-    settings = Settings.from_environ()
     store = kvmod.Scoped(kvmod.open_kv(args.store_url), args.attempt)
     done = threading.Event()
     launcher = Launcher(args, settings, store, flag, tag, watchdog)
