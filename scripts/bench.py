@@ -34,6 +34,8 @@
   el_submit job cold and with a warm driver (`tfyarn driver start`) against bare skein
   submitting a trivial app: seconds to the application id and to the client's exit, and
   ratios; yarn_gang_restart_s: a worker's SIGKILL until every task of the new gang runs;
+  yarn_64_tasks_running_s: a 64-rank job (4 containers x 16) from el_submit's start
+  until every rank runs;
 - with --app APP and HADOOP_CONF_DIR set: status_s (`tfyarn status APP`) against
   yarn_cli_status_s (`yarn application -status APP`) measured side by side, and their
   ratio (target <= 0.5).
@@ -454,7 +456,28 @@ def yarn_rates(repeat: int) -> dict:
     out["yarn_cold_client_ratio"] = round(med["cold"][1] / med["bare"][1], 2)
     restarts = [yarn_restart_s() for _ in range(repeat)]
     out["yarn_gang_restart_s"] = round(statistics.median(restarts), 2)
+    out["yarn_64_tasks_running_s"] = round(statistics.median(
+        yarn_many_tasks_s() for _ in range(repeat)), 2)
     return out
+
+
+def yarn_many_tasks_s(containers: int = 4, per: int = 16) -> float:
+    """A 64-rank job (4 containers of 16 ranks: what 8 vcores hold): from el_submit's
+    start until every rank runs its command (each stamps the time)."""
+    with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as stamps:
+        os.chmod(stamps, 0o777)
+        start = time.time()
+        subprocess.run([sys.executable, "-m", "tfyarn.cli", "-t", "pytorch", "-wn",
+                        str(containers), "-ppn", str(per), "-wm", "1024", "--python",
+                        sys.executable, "--env", f"STAMPS={stamps}", "-c",
+                        'date +%s.%N > "$STAMPS/$RANK"'], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        values = []
+        for name in os.listdir(stamps):
+            with open(os.path.join(stamps, name)) as f:
+                values.append(float(f.read()))
+        assert len(values) == containers * per, len(values)
+        return max(values) - start
 
 
 def yarn_restart_s() -> float:
