@@ -200,8 +200,12 @@ class DirKV(KV):
             self.bell.ring()
 
     def get(self, key: str) -> str | None:
+        return self._read(self._path(key))
+
+    @staticmethod
+    def _read(path: str) -> str | None:
         try:
-            with open(self._path(key), encoding="utf-8") as f:
+            with open(path, encoding="utf-8") as f:
                 return f.read()
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
@@ -263,7 +267,7 @@ class DirKV(KV):
         seen = self._seen.get(entry.path)
         if seen and seen[0] == stamp:
             return seen[1]
-        value = self.get(self._key(entry.path))
+        value = self._read(entry.path)
         if value is not None:
             self._seen[entry.path] = (stamp, value)
         return value
@@ -346,17 +350,26 @@ class DirFeed(Feed):
             if d is None or name.startswith("."):
                 continue
             key = (f"{d}/" if d else "") + urllib.parse.unquote(name)
-            value = self.store.get(key)
+            value = self.store._read(os.path.join(folder, name))
             if value is not None:
                 out[key] = value
         return out
 
     def _all(self) -> dict[str, str]:
+        """Every key in the followed dirs: each dir listed on its own (a scan of "" would
+        walk the whole store, every attempt's keys)."""
         out = {}
-        for d in self.dirs.values():
-            prefix = f"{d}/" if d else ""
-            out.update({k: v for k, v in self.store.scan(prefix).items()
-                        if "/" not in k[len(prefix):]})
+        for folder, d in self.dirs.items():
+            try:
+                entries = list(os.scandir(folder))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                if entry.name.startswith(".") or entry.is_dir(follow_symlinks=False):
+                    continue
+                value = self.store._cached(entry)
+                if value is not None:
+                    out[(f"{d}/" if d else "") + urllib.parse.unquote(entry.name)] = value
         return out
 
 
