@@ -24,7 +24,8 @@
   reads the median of three alternated passes);
 - with --scale [N,N,...] (#19; default 4,64,256,512): launch_4_tasks_s, a whole
   `el_submit --local` of 4 no-op tasks, against popen_anchor_s, a Python script that
-  Popens the same 4 commands (interpreter start on both sides), interleaved; then for each
+  Popens the same 4 commands (interpreter start on both sides), interleaved, and
+  exit_after_verdict_s (the driver's final status until el_submit exits); then for each
   N one `el_submit -t tensorflow-worker -wn N --local` of 5 s tasks, the whole tree
   measured: wall_s, start_s (launch until every task runs), teardown_s (the last task's
   end until el_submit exits), cpu_s (every process, reaped: getrusage), tfyarn's own PSS,
@@ -287,19 +288,31 @@ def _stamps(stamps: str, kind: str) -> list[float]:
 
 
 def _tfyarn_pids(job_id: str, client: int) -> list[int]:
-    """The client and every process of the job whose command line is tfyarn's."""
-    pids = [client]
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                if f"TFYARN_JOB_ID={job_id}".encode() not in f.read().split(b"\0"):
-                    continue
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if b"tfyarn" in f.read():
-                    pids.append(int(pid))
-        except OSError:
-            continue
+    """The client and every process below it whose command line is tfyarn's (what it
+    forks, the driver, fork server and launchers, shows el_submit's), not the tasks."""
+    pids, todo = [client], [client]
+    while todo:
+        pid = todo.pop()
+        for kid in _kids(pid):
+            todo.append(kid)
+            try:
+                with open(f"/proc/{kid}/cmdline", "rb") as f:
+                    if b"tfyarn" in f.read():
+                        pids.append(kid)
+            except OSError:
+                continue
     return pids
+
+
+def _kids(pid: int) -> list[int]:
+    out = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(k) for k in f.read().split())
+    except OSError:
+        pass
+    return out
 
 
 def _cpu_of(pids: list[int]) -> float:
@@ -376,29 +389,45 @@ sys.exit(max(p.wait() for p in procs))
 LAUNCH_CMD = 'date +%s.%N > "$STAMPS/s$TFYARN_TASK_INDEX"'
 
 
-def launch_pair(n: int = TASKS) -> tuple[float, float]:
+def launch_pair(n: int = TASKS) -> tuple[float, float, float]:
     """Whole-process times of an `el_submit --local` of n no-op tasks and of a Python
-    script that Popens the same n commands (interpreter start on both sides)."""
-    times = []
+    script that Popens the same n commands (interpreter start on both sides); and how
+    long el_submit ran after its verdict (the driver's final status, kv/status)."""
+    times, after_verdict = [], 0.0
     for argv in ([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", str(n),
                   "--local", "-c", LAUNCH_CMD],
                  [sys.executable, "-c", POPEN_ANCHOR, LAUNCH_CMD, str(n)]):
-        with tempfile.TemporaryDirectory() as stamps:
+        with tempfile.TemporaryDirectory() as stamps, tempfile.TemporaryDirectory() as tmp:
             t0 = time.perf_counter()
-            subprocess.run(argv, env={**os.environ, "STAMPS": stamps}, check=True,
+            subprocess.run(argv, env={**os.environ, "STAMPS": stamps, "TMPDIR": tmp,
+                                      "TFYARN_KEEP_JOB_DIR": "1"}, check=True,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             times.append(time.perf_counter() - t0)
+            ended = time.time()
             assert len(os.listdir(stamps)) == n
-    return times[0], times[1]
+            status = [os.path.join(tmp, d, "kv", "status") for d in os.listdir(tmp)]
+            if status:
+                after_verdict = ended - os.stat(status[0]).st_mtime
+    return times[0], times[1], after_verdict
+
+
+def compiled() -> None:
+    """Byte-compile tfyarn first (PYTHONDONTWRITEBYTECODE may be set): an install has its
+    .pyc files, so a launch measured here should too."""
+    package = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tfyarn")
+    subprocess.run([sys.executable, "-m", "compileall", "-q", package], check=True,
+                   stdout=subprocess.DEVNULL)
 
 
 def scale_table(sizes: list[int], repeat: int) -> dict:
     """Medians per size, interleaved with the Popen anchor (launch overhead)."""
     out: dict = {}
+    compiled()
     pairs = [launch_pair() for _ in range(repeat)]
-    ours, anchor = (statistics.median(p[i] for p in pairs) for i in (0, 1))
+    ours, anchor, after = (statistics.median(p[i] for p in pairs) for i in (0, 1, 2))
     out["launch_4_tasks_s"], out["popen_anchor_s"] = round(ours, 3), round(anchor, 3)
     out["launch_overhead_s"] = round(ours - anchor, 3)
+    out["exit_after_verdict_s"] = round(after, 3)
     for n in sizes:
         runs = [scale_run(n) for _ in range(repeat if n <= 64 else 1)]
         out[f"n{n}"] = {k: None if any(r[k] is None for r in runs) else

@@ -29,9 +29,11 @@ STUBBORN = "trap '' TERM; setsid sleep 300 & sleep 300"
 
 def job_pids(job: str, needle: str = "") -> list[int]:
     """The job's processes (not launchers' watchdogs) whose command line or name has
-    `needle` (local launchers are forks named `tfyarn-launcher`)."""
-    return [p.pid for p in proctable.carrying(f"TFYARN_JOB_ID={job}")
-            if (needle in p.cmdline or needle == p.comm) and p.comm != "tfyarn-watchdog"]
+    `needle`: those carrying its id, and what local mode forks (the driver, fork server
+    and launchers, named `tfyarn-*`), whose working dir is in the job's dir."""
+    tag = f"TFYARN_JOB_ID={job}".encode()
+    return [p.pid for p in proctable.live() if (tag in p.env or job in p.cwd)
+            and (needle in p.cmdline or needle == p.comm) and p.comm != "tfyarn-watchdog"]
 
 
 def wait_for(pred: Callable[[], bool], timeout: float = 60) -> None:
@@ -103,9 +105,9 @@ ROWS: list[tuple[str, list[str], Callable | None, int, str | None]] = [
      ["--heartbeat-timeout", "5", *W2, DAEMON],
      kill_task_proc("tfyarn-launcher", signal.SIGSTOP), 4, None),
     ("the driver is SIGKILLed", [*W2, DAEMON],
-     kill_task_proc("tfyarn.runtime.driver", signal.SIGKILL), 4, None),
+     kill_task_proc("tfyarn-driver", signal.SIGKILL), 4, None),
     ("the driver gets SIGTERM", [*W2, DAEMON],
-     kill_task_proc("tfyarn.runtime.driver", signal.SIGTERM), 4, None),
+     kill_task_proc("tfyarn-driver", signal.SIGTERM), 4, None),
     ("Ctrl-C (SIGINT) to el_submit", [*W2, DAEMON], signal_client(signal.SIGINT), 4, None),
     ("Ctrl-C twice, tasks ignore SIGTERM", [*W2, STUBBORN], signal_client(signal.SIGINT, 2), 4,
      None),

@@ -28,9 +28,11 @@ def real_memory_kill_message() -> str:
 
 
 def job_processes(job_id: str) -> list[str]:
-    """Live processes whose environment or command line mentions the job (zombies excluded)."""
-    return [f"{p.pid}: {p.cmdline}" for p in proctable.live()
-            if f"TFYARN_JOB_ID={job_id}".encode() in p.env or job_id in p.cmdline]
+    """Live processes whose environment, command line or working dir (the job dir, for
+    what local mode forks) mentions the job (zombies excluded)."""
+    return [f"{p.pid}: {p.comm}: {p.cmdline}" for p in proctable.live()
+            if f"TFYARN_JOB_ID={job_id}".encode() in p.env or job_id in p.cmdline
+            or job_id in p.cwd]
 
 
 @pytest.fixture

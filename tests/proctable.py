@@ -16,6 +16,8 @@ class Proc(NamedTuple):
     comm: str
     cmdline: str
     env: frozenset[bytes]
+    cwd: str = ""  # a forked process (locally: the driver, the fork server, launchers)
+    # carries its parent's environment block; its working dir (under the job dir) names it
 
 
 def live() -> Iterator[Proc]:
@@ -31,9 +33,10 @@ def live() -> Iterator[Proc]:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
             with open(f"/proc/{name}/comm") as f:
                 comm = f.read().strip()
+            cwd = os.readlink(f"/proc/{name}/cwd")
         except OSError:
             continue
-        yield Proc(int(name), comm, cmd, env)
+        yield Proc(int(name), comm, cmd, env, cwd)
 
 
 def carrying(*pairs: str) -> list[Proc]:

@@ -64,7 +64,15 @@ def next_line(lines: queue.Queue, words: str, timeout: float = 30) -> list[str]:
 
 
 def running(job_id: str, needle: str) -> list[str]:
-    return [p for p in job_processes(job_id) if needle in p]
+    """The job's processes with `needle` in their command line, or named `needle`: the
+    processes local mode forks (named tfyarn-*) show el_submit's command line, so they
+    count by name only."""
+    out = []
+    for p in job_processes(job_id):
+        comm = p.split(": ")[1]
+        if (needle == comm) if comm.startswith("tfyarn-") else (needle in p):
+            out.append(p)
+    return out
 
 
 def launcher_pid(job_id: str, task: str) -> int:
@@ -213,7 +221,7 @@ def test_second_ctrl_c_kills_at_once_and_a_third_cannot_skip_cleanup(tmp_path):
 def test_sigint_while_32_tasks_spawn(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "32", "--local",
                       "-c", "sleep 300")
-    wait_for(lambda: len(running(job, "tfyarn.runtime.forkserver")) >= 2,
+    wait_for(lambda: running(job, "tfyarn-forks") and running(job, "tfyarn-launcher"),
              what="the fork server and its first launchers")
     proc.send_signal(signal.SIGINT)  # somewhere in the middle of starting the launchers
     _, err = proc.communicate(timeout=90)
@@ -247,7 +255,7 @@ def test_kill_int_from_a_script_reaches_a_background_el_submit(tmp_path):
 def test_sigterm_to_the_driver_is_a_killed_job_exit_3(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--local", "-c", DAEMON)
     wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="tasks")
-    driver = next(p for p in job_processes(job) if "tfyarn.runtime.driver" in p)
+    driver = next(p for p in job_processes(job) if ": tfyarn-driver: " in p)
     os.kill(int(driver.split(":", 1)[0]), signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 3, err
@@ -276,7 +284,7 @@ def test_closed_stdout_is_said_and_the_job_still_runs(tmp_path):
 def test_sigkill_of_the_driver_stops_every_task_and_exits_4(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--local", "-c", DAEMON)
     wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="tasks")
-    driver = next(p for p in job_processes(job) if "tfyarn.runtime.driver" in p)
+    driver = next(p for p in job_processes(job) if ": tfyarn-driver: " in p)
     os.kill(int(driver.split(":", 1)[0]), signal.SIGKILL)
     t0 = time.monotonic()
     _, err = proc.communicate(timeout=60)

@@ -86,7 +86,7 @@ def test_ctrl_c_stops_everything(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     job_id = proc.stdout.readline().strip()
     deadline = time.monotonic() + 30
-    while len([p for p in job_processes(job_id) if "sleep 300" in p]) < 3:
+    while len([p for p in job_processes(job_id) if "sleep 300" in p and ": tfyarn-" not in p]) < 3:
         assert time.monotonic() < deadline, "tasks never started"
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)

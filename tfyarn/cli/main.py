@@ -146,7 +146,6 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, princip
            job_file: str | None, **raw: Any) -> int:
     """Submit a TensorFlow job to YARN (or run it locally with --local), el_submit style;
     or a job file that --dry-run wrote: `tfyarn submit job.yaml`."""
-    from tfyarn.cli import jobfile
     from tfyarn.client import files as filesmod
     from tfyarn.core.settings import Settings
 
@@ -159,6 +158,8 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, princip
         filesmod.inventory(spec.files, spec.yarn.max_upload_mb)
         data_env = _check_data(spec, settings)
         if dry_run:
+            from tfyarn.cli import jobfile  # YAML: loaded only where a job file is in play
+
             click.echo(jobfile.dump(spec), nl=False)
             return 0
         spec = dataclasses.replace(spec, env=(*spec.env, *data_env))
@@ -177,7 +178,6 @@ def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
          job_file: str | None) -> tuple[Any, Any]:
     """The typed el_submit flags and the job they give; with a job file, the file's job
     with the typed flags laid over it."""
-    from tfyarn.cli import jobfile
     from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
 
     if job_option and job_file and job_option != job_file:
@@ -186,6 +186,8 @@ def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
     path = job_option or job_file
     if path is None:
         return args, from_el_submit(args, os.getcwd())
+    from tfyarn.cli import jobfile
+
     given = {k: v for k, v in raw.items() if v not in (None, (), False)}
     if command:
         given["command"] = tuple(command)

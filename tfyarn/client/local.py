@@ -21,18 +21,18 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import IO
 
 from tfyarn.client import common
 from tfyarn.client import files as filesmod
 from tfyarn.client.interrupts import Interrupts
 from tfyarn.core.errors import EXIT_TFYARN, EnvironmentMissing, JobFailed, SpecError
-from tfyarn.core.jobspec import Container, JobSpec
+from tfyarn.core.jobspec import Container, JobSpec, ShippedFile
 from tfyarn.core.policy import Outcome, elapsed_words, plural, signal_of
 from tfyarn.core.progress import Progress, Reading
 from tfyarn.core.say import say
@@ -48,13 +48,12 @@ from tfyarn.core.timing import (
     TENSORBOARD_DONE_SLACK_S,
     TENSORBOARD_START_S,
 )
-from tfyarn.hdfs import webhdfs
 from tfyarn.protocol import inotify
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime import proc
 
 JOB_DIR_PREFIX = "tfyarn-"
-Process = subprocess.Popen | proc.Forked  # a launcher is forked by its gang's fork server
+Process = subprocess.Popen | proc.Child | proc.Forked  # forked: the driver, the launchers
 
 
 def new_job_id() -> str:
@@ -137,6 +136,8 @@ def preflight(spec: JobSpec, settings: Settings) -> tuple[str, filesmod.Inventor
 
 def unpack_env(archive: str, dest: str) -> str:
     """Unpack a packed env once for all tasks; returns its bin dir."""
+    import tarfile  # -m virtual-env only: kept off every other job's start
+
     try:
         progress = Progress(f"unpacking {os.path.basename(archive)}", os.path.getsize(archive))
         with open(archive, "rb") as raw, tarfile.open(
@@ -216,12 +217,8 @@ def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory, settings: Settings
     os.makedirs(jd.shared_files)
     filesmod.copy_into(inv, jd.shared_files)
     remote = [f for f in spec.files if f.remote]
-    for f in remote:  # `-f hdfs://...`: copied into the job dir over WebHDFS (no JVM here)
-        try:
-            webhdfs.download(f.source, os.path.join(jd.shared_files, f.dest),
-                             settings.conf_dir(), settings.user)
-        except webhdfs.HdfsUnavailable as exc:
-            raise EnvironmentMissing(f"-f: {exc}") from None
+    if remote:
+        _download(remote, jd.shared_files, settings)
     names = sorted({*inv.top_level(), *(f.dest for f in remote)})
     for container in spec.containers():
         os.makedirs(jd.task_dir(container))
@@ -234,26 +231,43 @@ def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory, settings: Settings
     return os.path.dirname(sys.executable)
 
 
+def _download(remote: Iterable[ShippedFile], dest: str, settings: Settings) -> None:
+    """`-f hdfs://...`: copied into the job dir over WebHDFS (no JVM here); imported only
+    for such jobs, off every other job's start."""
+    from tfyarn.hdfs import webhdfs
+
+    for f in remote:
+        try:
+            webhdfs.download(f.source, os.path.join(dest, f.dest), settings.conf_dir(),
+                             settings.user)
+        except webhdfs.HdfsUnavailable as exc:
+            raise EnvironmentMissing(f"-f: {exc}") from None
+
+
 # ---------------------------------------------------------------- processes
 
 
 @dataclass
 class Procs:
-    """What this client started: the driver, the launchers (by container) and the log
-    view."""
+    """What this client started: the driver, the fork server and the launchers it forked
+    (by container), the log view."""
 
     jd: JobDir
-    follower: proc.Follower
-    driver: subprocess.Popen | None = None
+    follower: proc.Follower | None = None  # started once nothing more is forked from here
+    driver: proc.Child | None = None
     launchers: dict[Container, Process] = field(default_factory=dict)
-    forks: list[proc.ForkServer] = field(default_factory=list)  # one per gang
+    forks: proc.ForkServer | None = None  # every gang's launchers
     ended: set[int] = field(default_factory=set)  # launchers whose end was handled
     attempt: int = 0  # the gang `launchers` belong to
     tensorboard: subprocess.Popen | None = None  # the side task, with -enable_tensorboard
 
     def all(self) -> list[Process]:
         return [p for p in (self.driver, self.tensorboard, *self.launchers.values(),
-                            *(f.proc for f in self.forks)) if p is not None]
+                            self.forks.proc if self.forks else None) if p is not None]
+
+    def show(self, path: str, prefix: str) -> None:
+        if self.follower is not None:
+            self.follower.add(path, prefix)
 
     def spawn(self, label: str, prefix: str | None, argv: list[str], cwd: str,
               env: dict[str, str]) -> subprocess.Popen:
@@ -265,7 +279,7 @@ class Procs:
             p = proc.start(argv, env, cwd=cwd, stdout=log, stderr=log, new_session=True,
                            parent_death=signal.SIGTERM)
         if prefix is not None:
-            self.follower.add(path, prefix)
+            self.show(path, prefix)
         return p
 
 
@@ -278,13 +292,22 @@ def base_env(settings: Settings, job_id: str, path_prefix: str) -> dict[str, str
 
 
 def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
-              gpus: dict[str, str]) -> None:
-    """Driver first, then attempt 0's launchers."""
+              gpus: dict[str, str], terminal: IO[bytes] | None) -> None:
+    """The driver and the launchers' fork server, forked while this process has no other
+    thread (each a millisecond: no interpreter start, nothing imported twice); then the
+    log view's thread, TensorBoard, and attempt 0's launchers."""
     jd, py = procs.jd, sys.executable
+    argv = ["--job", jd.job_json, "--kv", jd.kv_url, "--logs", os.path.join(jd.root, "logs")]
     try:
-        procs.driver = procs.spawn("driver", "", [py, "-m", "tfyarn.runtime.driver", "--job",
-                                                  jd.job_json, "--kv", jd.kv_url, "--logs",
-                                                  os.path.join(jd.root, "logs")], jd.root, env)
+        procs.driver = proc.fork_call(lambda: _driver(argv), jd.root, env,
+                                      log=jd.log_path("driver"), name="tfyarn-driver")
+        procs.forks = proc.ForkServer(_launcher, env, jd.root)
+    except OSError as exc:
+        raise EnvironmentMissing(f"could not start tfyarn's driver: {exc}; raise the limits "
+                                 "(ulimit -n, ulimit -u)") from None
+    procs.follower = proc.Follower(terminal, FOLLOW_S).start()
+    procs.show(jd.log_path("driver"), "")
+    try:
         if spec.tensorboard_dir:
             procs.tensorboard = procs.spawn(  # its chatter stays in logs/tensorboard.log
                 "tensorboard", None,
@@ -294,6 +317,20 @@ def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Inte
         raise EnvironmentMissing(f"could not start tfyarn's driver: {exc}; raise the limits "
                                  "(ulimit -n, ulimit -u)") from None
     start_launchers(spec, procs, env, interrupts, gpus)
+
+
+def _driver(argv: list[str]) -> int:
+    """The forked driver's life (its import happens in it, not in the client)."""
+    from tfyarn.runtime import driver
+
+    return driver.main(argv)
+
+
+def _launcher() -> Callable[[list[str]], int]:
+    """The launchers' entry point, imported in the fork server."""
+    from tfyarn.runtime import launcher
+
+    return launcher.main
 
 
 def job_python(env: Mapping[str, str]) -> str:
@@ -320,33 +357,25 @@ def check_tensorboard(spec: JobSpec, env: Mapping[str, str]) -> None:
 
 def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
                     gpus: dict[str, str]) -> None:
-    """One launcher per container for the attempt in `procs.attempt`, forked by a fork
-    server of the gang (all asked for at once; none waits for another's start); stops
+    """One launcher per container for the attempt in `procs.attempt`, forked by the
+    job's fork server (all asked for at once; none waits for another's start); stops
     asking as soon as a signal came. A one-task container's lines are prefixed `[task] `
     here; a launcher of several prefixes each process's lines itself. A restarted
     container appends to the same log file."""
-    jd = procs.jd
+    jd, forks = procs.jd, procs.forks
+    assert forks is not None
     docker = ["--docker-image", spec.runtime.arg or ""] if spec.runtime.mode == "docker" else []
     procs.launchers = {}
-    try:
-        forks = proc.ForkServer("tfyarn.runtime.forkserver", env, jd.root)
-    except OSError as exc:
-        raise EnvironmentMissing(f"could not start the job's launchers: {exc}; raise the "
-                                 "limits (ulimit -n, ulimit -u)") from None
-    procs.forks.append(forks)
-    try:
-        for c in spec.containers():
-            if interrupts.count:
-                break
-            tasks = ",".join(str(t) for t in c.tasks)
-            log = jd.log_path(c.name)
-            procs.launchers[c] = forks.spawn(
-                ["--job", jd.job_json, "--tasks", tasks, "--kv", jd.kv_url, "--gpus",
-                 gpus[c.name], "--attempt", str(procs.attempt), "--no-watchdog", *docker],
-                jd.task_dir(c), log, name="tfyarn-launcher")
-            procs.follower.add(log, f"[{c.tasks[0]}] " if len(c.tasks) == 1 else "")
-    finally:
-        forks.close()  # it exits once its last launcher has
+    for c in spec.containers():
+        if interrupts.count:
+            break
+        tasks = ",".join(str(t) for t in c.tasks)
+        log = jd.log_path(c.name)
+        procs.launchers[c] = forks.spawn(
+            ["--job", jd.job_json, "--tasks", tasks, "--kv", jd.kv_url, "--gpus",
+             gpus[c.name], "--attempt", str(procs.attempt), "--no-watchdog", *docker],
+            jd.task_dir(c), log, name="tfyarn-launcher")
+        procs.show(log, f"[{c.tasks[0]}] " if len(c.tasks) == 1 else "")
     for child in procs.launchers.values():
         child.started()
 
@@ -389,10 +418,7 @@ class Wake:
         self.pidfds: dict[int, Process] = {}
         self.blind = False  # no pidfds here: every wake looks at every process
 
-    def __enter__(self) -> Wake:
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
+    def close(self) -> None:
         signal.set_wakeup_fd(self.old_wakeup)
         signal.signal(signal.SIGCHLD, self.old_chld)
         for fd in [*self.pidfds, self.sig_r, self.sig_w]:
@@ -401,6 +427,10 @@ class Wake:
         if self.watch is not None:
             self.watch.close()
         self.sel.close()
+
+    def release(self) -> None:
+        if self.watch is not None:
+            self.watch.release()
 
     def add(self, procs: Iterable[Process]) -> None:
         for p in procs:
@@ -513,35 +543,43 @@ class LocalJob:
             common.emit_id(self.job_id)
             say(f"job {self.job_id}: {plural(len(self.spec.tasks()), 'task')}, dir {jd.root}")
             terminal = getattr(sys.stderr, "buffer", None)  # None when stderr is closed
-            procs = Procs(jd, proc.Follower(terminal, FOLLOW_S).start())
+            procs, wake = Procs(jd), None
             try:
-                start_all(self.spec, procs, env, self.interrupts, gpus)
-                self._supervise(procs, lambda: start_launchers(self.spec, procs, env,
-                                                               self.interrupts, gpus))
+                start_all(self.spec, procs, env, self.interrupts, gpus, terminal)
+                wake = Wake(jd.kv_root)  # after the forks: no child inherits its descriptors
+                self._supervise(procs, wake, lambda: start_launchers(self.spec, procs, env,
+                                                                     self.interrupts, gpus))
             finally:
+                for watching in (wake, procs.follower):  # freed in the background from now
+                    if watching is not None:
+                        watching.release()
                 wait_procs(reported(procs), STOP_REPORT_S, cut=lambda: self.interrupts.count >= 2)
                 self._linger(procs)
+                if procs.forks is not None:
+                    procs.forks.close()
                 kill_all(procs.all(), self.job_id, self.spec.runtime.mode == "docker")
-                procs.follower.stop()
+                if procs.follower is not None:
+                    procs.follower.stop()
+                if wake is not None:
+                    wake.close()
         return self._finish(jd)
 
-    def _supervise(self, procs: Procs, relaunch: Callable[[], None]) -> None:
+    def _supervise(self, procs: Procs, wake: Wake, relaunch: Callable[[], None]) -> None:
         """Until the driver ends: act on signals and deadlines, start the gang of each new
         attempt, say the job's news, report dead launchers."""
         store = kvmod.open_kv(procs.jd.kv_url)
         escalation = common.Escalation(self.interrupts, self.spec.stop_grace_s)
-        with Wake(procs.jd.kv_root) as wake:
-            wake.add([p for p in (procs.driver, *procs.launchers.values()) if p is not None])
-            while procs.driver is not None and procs.driver.poll() is None:
-                why = self._must_force(store, escalation)
-                if why is not None:
-                    say(why)
-                    return
-                if escalation.asked_at is None and self._next_attempt(procs, store, relaunch):
-                    wake.add(list(procs.launchers.values()))
-                self.news.read(store)
-                report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt), self.job_id,
-                                      wake.wait(CLIENT_TICK_S))
+        wake.add([p for p in (procs.driver, *procs.launchers.values()) if p is not None])
+        while procs.driver is not None and procs.driver.poll() is None:
+            why = self._must_force(store, escalation)
+            if why is not None:
+                say(why)
+                return
+            if escalation.asked_at is None and self._next_attempt(procs, store, relaunch):
+                wake.add(list(procs.launchers.values()))
+            self.news.read(store)
+            report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt), self.job_id,
+                                  wake.wait(CLIENT_TICK_S))
         if procs.driver is not None and store.get(kvmod.STATUS) is None:
             say(f"the driver ended without a final status ({describe_rc(procs.driver)}); "
                 "stopping every task")

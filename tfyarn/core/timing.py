@@ -55,6 +55,8 @@ CONTAINER_END_WAIT_S = 12.0  # YARN: how long a failure the launcher could not e
 # (stopped by a signal, lost) waits for YARN's word on its container (preempted, memory):
 # the AM hears of an ended container within its allocate heartbeat (up to 5 s) plus the
 # NodeManager's (1 s); the word decides whether the failure is retried
+PAGE_DELAY_S = 0.5  # the job page starts this long into the job (its imports off the start)
+PAGE_START_WAIT_S = 5.0  # a job that ended before its page was up waits this long for it
 VERDICT_EXIT_S = 20.0  # the driver process ends this long after its verdict at the latest
 ACK_WAIT_S = 5.0  # how long the AM stays for a watching client to read the final status
 

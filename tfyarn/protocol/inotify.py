@@ -71,6 +71,17 @@ class Watcher:
                     changed.add((self.dirs[wd], name))
         return None if lost else changed
 
+    def release(self, paths: Iterable[str] | None = None) -> None:
+        """Drop the watches of `paths` (None: every one) once no more events are wanted.
+        The kernel frees watches after a grace period (5-15 ms here), and closing a
+        descriptor that still has some waits that long: released early, the wait is off
+        the path of whatever comes between (a job's last milliseconds)."""
+        drop = set(self.dirs.values()) if paths is None else set(paths)
+        for wd, path in list(self.dirs.items()):
+            if path in drop:
+                self.libc.inotify_rm_watch(self.fd, wd)
+                del self.dirs[wd]
+
     def close(self) -> None:
         os.close(self.fd)
 

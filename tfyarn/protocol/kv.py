@@ -123,6 +123,9 @@ class Feed(ABC):
         """Keys put since the last call, with their values (the first call: every key
         there is); empty if nothing came within `timeout` seconds."""
 
+    def close(self) -> None:  # noqa: B027 - most feeds hold nothing
+        """No more `next` calls: let go of what the feed holds."""
+
 
 class PollFeed(Feed):
     """Any store: a scan every `interval`, keeping what changed."""
@@ -168,6 +171,7 @@ class DirKV(KV):
         self._seen: dict[str, tuple[tuple[int, int, int], str]] = {}  # path -> (stat, value)
         self._made: set[str] = set()
         self._local = threading.local()
+        self._watch: inotify.Watcher | None = None  # the feeds' (one per process)
         os.makedirs(root, exist_ok=True)
         self.bell = self._bell() if ringer else None
 
@@ -318,10 +322,13 @@ class DirKV(KV):
         return listener
 
     def feed(self, dirs: Sequence[str]) -> Feed:
-        watch = inotify.Watcher.open() if self.watcher else None
-        if watch is None:
+        """Through this store's one inotify descriptor (every attempt's feed shares it:
+        the kernel allows few), else by polling."""
+        if self.watcher and self._watch is None:
+            self._watch = inotify.Watcher.open()
+        if self._watch is None:
             return PollFeed(self, dirs, DIR_FEED_POLL_S)
-        return DirFeed(self, dirs, watch)
+        return DirFeed(self, dirs, self._watch)
 
 
 class DirFeed(Feed):
@@ -336,6 +343,11 @@ class DirFeed(Feed):
             watch.add(folder, inotify.MOVED_TO)
             self.dirs[folder] = d
         self.first = True
+
+    def close(self) -> None:
+        """Drop this feed's watches at once (the kernel frees them in the background, so
+        the process's exit does not wait a grace period for them)."""
+        self.watch.release(self.dirs)
 
     def next(self, timeout: float) -> dict[str, str]:
         if self.first:  # watches first, then what is there: nothing falls in between

@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfyarn.core.errors import StoreGone, exit_code
 from tfyarn.core.jobspec import JobSpec
@@ -50,6 +50,8 @@ from tfyarn.core.timing import (
     CONTAINER_END_WAIT_S,
     CONTAINER_POLL_S,
     DRIVER_TICK_S,
+    PAGE_DELAY_S,
+    PAGE_START_WAIT_S,
     STOP_REPORT_S,
     TENSORBOARD_DONE_SLACK_S,
     VERDICT_EXIT_S,
@@ -57,11 +59,13 @@ from tfyarn.core.timing import (
 )
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.protocol.rendezvous import RendezvousServer
 from tfyarn.protocol.skeinlink import App
 from tfyarn.protocol.taskstate import Snapshot
 from tfyarn.runtime import gang as gangmod
-from tfyarn.runtime.jobpage import JobPage, View, read_view
+
+if TYPE_CHECKING:  # both load http.server (~15 ms): imported where used, off the start
+    from tfyarn.protocol.rendezvous import RendezvousServer
+    from tfyarn.runtime.jobpage import JobPage, View
 
 
 @dataclass
@@ -158,6 +162,8 @@ class Referee:
         ranks = allreduce_ranks(addrs)
         master = next(addrs[t] for t, r in ranks.items() if r.rank == 0)
         if self.spec.app_type == "tensorflow-mpi":
+            from tfyarn.protocol.rendezvous import RendezvousServer
+
             self.rendezvous = RendezvousServer(self.advertise_host).start()
             say(f"Horovod gloo rendezvous at {self.rendezvous.address}", "driver")
         table = {"ranks": {str(t): r._asdict() for t, r in ranks.items()}, "master": master,
@@ -295,6 +301,7 @@ def run_attempt(spec: JobSpec, store: kvmod.KV, gang: gangmod.Gang, attempt: int
             referee.last_records.get(Task.parse(outcome.task)) if outcome.task else None):
         _request(gang, attempt + 1)  # settled already: YARN's word cannot say otherwise
     snap = stop_everything(spec, scoped, outcome, referee.gone, follow)
+    follow.feed.close()
     if referee.rendezvous is not None:
         referee.rendezvous.stop()
     outcome = replace(referee.settle(outcome), attempt=attempt)
@@ -405,6 +412,8 @@ def serve_page(spec: JobSpec, store: kvmod.KV, settings: Settings, host: str,
                logs_dir: str | None) -> JobPage | None:
     """Start the job page and publish its URL (on YARN: registered with skein's web UI);
     a page that cannot start never stops the job."""
+    from tfyarn.runtime.jobpage import JobPage, read_view
+
     started, job_id = time.monotonic(), settings.job_id or "unknown"
     app = store.app if isinstance(store, kvmod.SkeinKV) else None
 
@@ -458,7 +467,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     store = kvmod.open_kv(ns.kv, ringer=True, watcher=True)  # launchers wait on its bell
     settings = Settings.from_environ()
     host = settings.advertise_host or socket.getfqdn()
-    page = serve_page(spec, store, settings, host, ns.logs)
+    pages: list[JobPage] = []
+    ended = threading.Event()
+
+    def start_page() -> None:  # a job over within PAGE_DELAY_S never needed a page
+        if not ended.wait(PAGE_DELAY_S):
+            pages.extend(p for p in [serve_page(spec, store, settings, host, ns.logs)] if p)
+
+    starter = threading.Thread(target=start_page, daemon=True)
+    starter.start()
     outcome = run(spec, store, host, gangmod.for_store(store, spec))
     linger = tensorboard_linger_s(spec, store)
     exit_within(VERDICT_EXIT_S + (linger + TENSORBOARD_DONE_SLACK_S if linger else 0),
@@ -466,7 +483,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(store, kvmod.SkeinKV):
         linger_for_tensorboard(spec, store)
         finish_yarn(store, outcome)
-    if page is not None:
+    ended.set()
+    starter.join(timeout=PAGE_START_WAIT_S)
+    for page in pages:
         page.stop()
     return exit_code(outcome.state)
 

@@ -24,7 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from typing import IO
+from typing import IO, NoReturn
 
 from tfyarn.core.policy import cut_line
 from tfyarn.core.timing import KILL_ROUND_S, KILL_ROUNDS
@@ -110,27 +110,158 @@ def start(argv: Sequence[str], env: Mapping[str, str], *, cwd: str | None = None
                             stdout=stdout, stderr=stderr, start_new_session=new_session)
 
 
+# ---------------------------------------------------------------- forked Python
+
+
+class Child:
+    """A process `fork_call` forked from this one, with the parts of Popen callers use."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            with contextlib.suppress(ChildProcessError):
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.poll() is None and timeout is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        elif self.returncode is None:
+            _ended_within(self.pid, timeout or 0.0)
+            if self.poll() is None:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
+        assert self.returncode is not None
+        return self.returncode
+
+
+def _ended_within(pid: int, timeout: float) -> None:
+    """Block until `pid` ended or `timeout` passed (a pidfd; short naps where the kernel
+    has none)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        deadline = time.monotonic() + timeout
+        while _state(pid) not in (None, "Z") and time.monotonic() < deadline:
+            time.sleep(min(0.01, max(0.0, deadline - time.monotonic())))
+        return
+    try:
+        select.select([fd], [], [], timeout)
+    finally:
+        os.close(fd)
+
+
+def fork_call(entry: Callable[[], int], cwd: str, env: Mapping[str, str] | None, *,
+              log: str | None = None, stdin: int | None = None, stdout: int | None = None,
+              close: Collection[int] = (), name: str = "") -> Child:
+    """Run `entry()` in a fork of this process: no interpreter start and no import of
+    what is already imported (a millisecond instead of ~60 ms of CPU on the job's
+    critical path). The child leads a new session, gets SIGTERM if we die, runs in `cwd`
+    with `env`, reads `stdin` (default /dev/null), writes `stdout` (default `log`) and
+    stderr to `log` (default ours), closes `close` (our ends of its pipes), is named
+    `name` in ps, and exits with entry's code. Only from a process with no other thread
+    and no gRPC channel (locally, before the client's threads start)."""
+    _flush()
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644) \
+        if log else None
+    parent = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError:
+        if out is not None:
+            os.close(out)
+        raise
+    if pid:
+        if out is not None:
+            os.close(out)
+        return Child(pid)
+    for fd in close:
+        os.close(fd)
+    _child(entry, parent, {"cwd": cwd, "env": env, "name": name, "stdin": stdin,
+                           "stdout": stdout if stdout is not None else out, "stderr": out})
+
+
+def _child(entry: Callable[[], int], parent: int, how: Mapping) -> NoReturn:
+    """The forked child's whole life: a fresh process's signal dispositions, its own
+    session, death signal, descriptors and dir, then `entry`; never returns into the
+    parent's code (os._exit, no atexit of the parent's)."""
+    code = 1
+    try:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        os.setsid()
+        _name(how["name"])
+        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(128 + signal.SIGTERM)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(how["stdin"] if how["stdin"] is not None else null, 0)
+        for fd, to in ((1, how["stdout"]), (2, how["stderr"])):
+            if to is not None:
+                os.dup2(to, fd)
+        for fd in {null, how["stdin"], how["stdout"], how["stderr"]} - {None, 0, 1, 2}:
+            os.close(fd)
+        os.chdir(how["cwd"])
+        if how["env"] is not None:
+            os.environ.clear()
+            os.environ.update(how["env"])
+        code = entry()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - the child's last resort: its log says why
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        _flush()
+        os._exit(code)
+
+
+def _flush() -> None:
+    """Python's buffers out before a fork or os._exit (a stream may be closed: None)."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+
+
 # ---------------------------------------------------------------- a fork server
 
 
 class ForkServer:
-    """Starts many Python processes of one entry point cheaply: a server process that
-    imported it once forks a child per request (a millisecond, its modules' memory shared
-    copy-on-write) instead of a new interpreter importing everything again (~50 ms of CPU
-    each, 11 MiB each; at 256 local launchers, most of a job's start-up). Requests are
-    pipelined: `spawn` only writes one line. The children are the server's (it reaps
-    them and reports each exit); `Forked` stands for one like a Popen does.
+    """Starts many Python processes of one entry point cheaply: a server process, forked
+    from this one, that imported it once forks a child per request (a millisecond, its
+    modules' memory shared copy-on-write) instead of a new interpreter importing
+    everything again (~50 ms of CPU each, 11 MiB each; at 256 local launchers, most of a
+    job's start-up). Requests are pipelined: `spawn` only writes one line. The children
+    are the server's (it reaps them and reports each exit); `Forked` stands for one like
+    a Popen does. The server exits once told no more requests come (`close`) and its
+    last child has.
 
-    Only for processes with no thread and no gRPC channel at fork time: the server has
-    neither (local mode's launchers; on YARN each container starts its own launcher)."""
+    Only for processes with no thread and no gRPC channel at fork time: local mode's
+    client before its threads start (on YARN each container starts its own launcher)."""
 
-    def __init__(self, module: str, env: Mapping[str, str], cwd: str) -> None:
-        self.proc = start([sys.executable, "-m", module], env, cwd=cwd, new_session=True,
-                          stdout=subprocess.PIPE, stdin=subprocess.PIPE,
-                          parent_death=signal.SIGTERM)
-        assert self.proc.stdin is not None and self.proc.stdout is not None
+    def __init__(self, entry: Callable[[], Callable[[list[str]], int]],
+                 env: Mapping[str, str], cwd: str) -> None:
+        """`entry()` imports and gives the children's entry point (called in the server)."""
+        req_r, req_w = os.pipe2(os.O_CLOEXEC)
+        rep_r, rep_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.proc = fork_call(lambda: _serve(entry), cwd, env, stdin=req_r,
+                                  stdout=rep_w, close=(req_w, rep_r), name="tfyarn-forks")
+        finally:
+            os.close(req_r)
+            os.close(rep_w)
         self.pid = self.proc.pid
-        self.fd = self.proc.stdout.fileno()
+        self.requests = os.fdopen(req_w, "wb")
+        self.fd = rep_r
         os.set_blocking(self.fd, False)
         self.buf = b""
         self.children: dict[int, Forked] = {}
@@ -145,10 +276,13 @@ class ForkServer:
         request = json.dumps({"argv": list(argv), "cwd": cwd, "log": log,
                               "name": name}) + "\n"
         with self.lock:
+            try:
+                self.requests.write(request.encode())
+                self.requests.flush()
+            except (OSError, ValueError):  # the server is gone: so is this child
+                child.pid, child.returncode = -1, 1
+                return child
             self.waiting.append(child)
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(request.encode())
-            self.proc.stdin.flush()
         return child
 
     def read(self, until: Callable[[], bool], timeout: float | None = None) -> bool:
@@ -198,8 +332,7 @@ class ForkServer:
         """No more requests: the server exits once its last child has (a restarted gang
         gets a new server)."""
         with contextlib.suppress(OSError, ValueError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
+            self.requests.close()
 
 
 class Forked:
@@ -224,6 +357,12 @@ class Forked:
             raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout or 0.0)
         assert self.returncode is not None
         return self.returncode
+
+
+def _serve(entry: Callable[[], Callable[[list[str]], int]]) -> int:
+    warm()
+    serve_forks(entry())  # the import behind `entry` runs here, not in the forking process
+    return 0
 
 
 def serve_forks(entry: Callable[[list[str]], int]) -> None:
@@ -265,7 +404,7 @@ def _fork_one(req: Mapping, entry: Callable[[list[str]], int], live: set[int],
               own: tuple[int, int]) -> None:
     server = os.getpid()
     try:
-        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        log = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         pid = os.fork()
     except OSError as exc:
         os.write(1, f"failed {exc.errno}\n".encode())
@@ -275,36 +414,12 @@ def _fork_one(req: Mapping, entry: Callable[[list[str]], int], live: set[int],
         live.add(pid)
         os.write(1, f"started {pid}\n".encode())
         return
-    code = 1
-    try:  # the child: nothing of the server's but the imported modules
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in own:
-            os.close(fd)
-        os.setsid()
-        _name(req.get("name", ""))
-        _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-        if os.getppid() != server:
-            os._exit(128 + signal.SIGTERM)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(null)
-        os.close(log)
-        os.chdir(req["cwd"])
-        code = entry(list(req["argv"]))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    except BaseException:  # noqa: BLE001 - the child's last resort: its log says why
-        import traceback
-
-        traceback.print_exc()
-    finally:
-        with contextlib.suppress(OSError, ValueError):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+    for fd in own:
+        os.close(fd)
+    argv = list(req["argv"])
+    _child(lambda: entry(argv), server, {"cwd": req["cwd"], "env": None,
+                                         "name": req.get("name", ""), "stdin": None,
+                                         "stdout": log, "stderr": log})
 
 
 # ---------------------------------------------------------------- the process table
@@ -654,6 +769,11 @@ class Follower:
                        {os.path.join(d, n) for d, n in changed})
             if self._stopped(self.interval):  # at most every `interval`
                 return
+
+    def release(self) -> None:
+        """No more events wanted (the job is over): see inotify.Watcher.release."""
+        if self.watch is not None:
+            self.watch.release()
 
     def stop(self) -> None:
         os.write(self.stop_w, b"!")
