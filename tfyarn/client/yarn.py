@@ -36,7 +36,7 @@ from tfyarn.core.progress import Progress
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
-from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_POLL_S
+from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_END_POLL_S, YARN_POLL_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
 from tfyarn.protocol.skeinlink import NO_HADOOP, Yarn, keeping_log, warm_driver
@@ -285,7 +285,23 @@ class Watcher:
                         return self._lingering()
                 elif time.monotonic() - self.begun > self.spec.register_timeout_s:
                     raise self._never_started()
+            self._pause()
+
+    def _pause(self) -> None:
+        """Until the next look. While the job runs, the driver's final status ends the
+        pause at once (skein's blocking wait on the store: the driver holds the
+        ApplicationMaster until we acknowledge it); once it is out, YARN is asked often,
+        as its FINISHED follows within a second."""
+        if self.view.outcome is not None:
+            time.sleep(YARN_END_POLL_S)
+            return
+        if self.store is None or self.state != "RUNNING":
             time.sleep(YARN_POLL_S)
+            return
+        try:
+            self.store.wait(kvmod.STATUS, timeout=YARN_POLL_S)
+        except StoreGone:
+            self.store = None
 
     def _interrupted(self) -> JobFailed:
         words = self.interrupts.words()

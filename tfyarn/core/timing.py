@@ -62,6 +62,7 @@ ACK_WAIT_S = 5.0  # how long the AM stays for a watching client to read the fina
 
 # --- clients
 YARN_POLL_S = 1.0  # el_submit's application report interval (each is an RM call)
+YARN_END_POLL_S = 0.1  # the same once the driver's final status is out (FINISHED is near)
 LOCAL_DRIVER_SLACK_S = 30.0  # local client: driver must end within --timeout plus this
 STOP_ASK_WAIT_S = 30.0  # both clients: after asking the driver for an orderly stop (Ctrl-C,
 # `tfyarn kill`), beyond the job's stop grace, before forcing it (killing every process /
