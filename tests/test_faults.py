@@ -132,7 +132,7 @@ def test_a_killed_launchers_daemons_are_gone_before_the_new_gang_runs(tmp_path):
 
     wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="2 tasks with their daemons")
     os.kill(launcher_pid(job, "worker:1"), signal.SIGKILL)
-    wait_for(lambda: len(running(job, "until [ -e")) >= 2, what="the new gang running")
+    wait_for(lambda: len(of_attempt(1)) >= 2, what="the new gang running")
     assert of_attempt(0) == []  # the old gang's daemons, both launchers' included
     gate.touch()
     _, err = proc.communicate(timeout=60)

@@ -6,12 +6,13 @@ the commands that need them, so `el_submit --help` stays instant.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import dataclasses
-import difflib
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -98,6 +99,8 @@ def check_options(args: Sequence[str], known: frozenset[str] | set[str] = KNOWN)
     while i < len(args):
         word = args[i].split("=", 1)[0] if args[i].startswith("--") else args[i]
         if word.startswith("-") and len(word) > 1 and word not in known:
+            import difflib  # only for a typo
+
             near = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.5)
             hint = f" (did you mean {near[0]}?)" if near else ""
             raise click.UsageError(f"no such option: {word}{hint}")
@@ -467,17 +470,29 @@ def run_click(cmd: click.Command, args: list[str], obj: dict, prog: str) -> int:
     return rv if isinstance(rv, int) else 0
 
 
+def end(code: int) -> NoReturn:
+    """Exit with `code` without tearing the interpreter down: the streams are flushed
+    and atexit's handlers run here, and every thread of ours is a daemon; the module
+    teardown left out cost ~20 ms of every command (a tenth of a small local job)."""
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):  # closed, or a reader gone
+                stream.flush()
+    atexit._run_exitfuncs()
+    os._exit(code)
+
+
 def el_submit_main(argv: Sequence[str] | None = None) -> None:
     args, command = split_command(sys.argv[1:] if argv is None else argv)
     warn_options_in_command(command)
-    sys.exit(run_click(submit, args, {"command": command}, "el_submit"))
+    end(run_click(submit, args, {"command": command}, "el_submit"))
 
 
 def tfyarn_main(argv: Sequence[str] | None = None) -> None:
     args, command = split_command(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["submit"]:
         warn_options_in_command(command)
-    sys.exit(run_click(tfyarn, args, {"command": command}, "tfyarn"))
+    end(run_click(tfyarn, args, {"command": command}, "tfyarn"))
 
 
 if __name__ == "__main__":
