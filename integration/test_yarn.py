@@ -258,6 +258,38 @@ def test_env_bytes_and_c_rule_match_local_mode(el_submit):
     assert "two  spaces worker" in text
 
 
+FEED_PROBE = """
+import json, time
+from tfyarn.protocol import kv
+store = kv.open_kv("skein:")
+store.put("probe/old", "0")
+feed = store.feed(["", "probe"])
+first = feed.next(5)
+store.put("probe/new", "1")
+store.put("elsewhere/x", "2")
+store.put("toplevel", "3")
+got, deadline = {}, time.monotonic() + 20
+while not {"probe/new", "toplevel"} <= set(got) and time.monotonic() < deadline:
+    got.update(feed.next(1))
+feed.close()
+print("FEED " + json.dumps({"first": sorted(first), "got": sorted(got)}))
+"""
+
+
+def test_the_drivers_feed_is_skeins_put_events(el_submit):
+    """The driver follows the store on YARN by skein's put events: a feed gives what is
+    there, then each put under the dirs it follows (and at the top), nothing else."""
+    out, app_id = el_submit("-t", "standalone", *SMALL, "-c", py(FEED_PROBE))
+    assert out.returncode == 0, out.stderr
+    line = next(x for x in aggregated_logs(app_id, "worker:0").splitlines()
+                if x.startswith("FEED "))
+    seen = json.loads(line[5:])
+    assert "probe/old" in seen["first"] and "tasks" in seen["first"]  # top-level: the driver's
+    assert not any(k.startswith("attempt/") for k in seen["first"])
+    assert {"probe/new", "toplevel"} <= set(seen["got"])
+    assert "elsewhere/x" not in seen["got"] and "probe/old" not in seen["got"]
+
+
 def test_failure_message_shows_the_traceback(el_submit):
     code = "import sys\nfor i in range(50): print('noise', i, file=sys.stderr)\nraise KeyError('k')"
     out, app_id = el_submit("-t", "standalone", *SMALL, "-c", py(code))

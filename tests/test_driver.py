@@ -98,7 +98,7 @@ def test_timeout_fails_the_job(tmp_path):
 
 
 # ---------------------------------------------------------------- YARN gangs
-# CI has no YARN: a stand-in for skein's ApplicationClient (its container list and
+# For speed, a stand-in for skein's ApplicationClient (its container list and
 # add_container); the driver, its rules and the store are the real ones.
 
 

@@ -43,11 +43,11 @@ DIR_POLL_S = 0.02  # local directory store, where neither its bell nor inotify s
 # wait (the driver's bell not up yet): the first poll interval, then longer and longer
 DIR_POLL_MAX_S = 0.25  # ... up to this (hundreds of launchers may be polling at once)
 DIR_FEED_POLL_S = 0.1  # the driver's rescan of a local store where inotify is refused
-SKEIN_POLL_S = 0.25  # skein store: the driver's scan interval (one gRPC call each)
+SKEIN_POLL_S = 0.25  # skein store: a poll where its events are not used (one gRPC call each)
 
 # --- driver
-DRIVER_TICK_S = 1.0  # the driver acts on store changes as they come (inotify locally, a
-# scan every SKEIN_POLL_S on YARN); with none it still wakes this often: signals, the
+DRIVER_TICK_S = 1.0  # the driver acts on store changes as they come (inotify locally,
+# skein's put events on YARN); with none it still wakes this often: signals, the
 # client's death, deadlines (--timeout, -wait_time), heartbeats
 STOP_REPORT_S = 5.0  # after the stop grace, how long to wait for launchers to report
 CONTAINER_POLL_S = 1.0  # YARN: how often the driver asks skein which containers ended

@@ -390,9 +390,13 @@ class SkeinKV(KV):
     a call that cannot reach it raises StoreGone (see skeinlink)."""
 
     poll_s = SKEIN_POLL_S
+    pushes = True  # skein's put events
 
     def __init__(self, app: App) -> None:
         self.app = app
+
+    def feed(self, dirs: Sequence[str]) -> Feed:
+        return SkeinFeed(self, dirs)
 
     def put(self, key: str, value: str) -> None:
         self.app.kv_put(key, value.encode("utf-8"))
@@ -409,6 +413,45 @@ class SkeinKV(KV):
         """Block on skein's put events (no polling)."""
         value = self.app.kv_wait(key, timeout, lambda: self.app.kv_get(key))
         return None if value is None else value.decode("utf-8")
+
+
+class SkeinFeed(Feed):
+    """A SkeinKV's changes as skein's put events: a subscription per followed dir, so
+    only their keys wake the follower (not heartbeats), and nothing is rescanned."""
+
+    TOP = (("", "attempt/"), ("attempt0", None))  # every key outside attempt/*/ ("0" > "/")
+
+    def __init__(self, store: SkeinKV, dirs: Sequence[str]) -> None:
+        self.store, self.dirs = store, list(dirs)
+        ranges = [r for d in self.dirs for r in (self.TOP if not d else [_prefix_range(d)])]
+        self.puts = store.app.kv_follow(ranges)
+        self.first = True
+
+    def next(self, timeout: float) -> dict[str, str]:
+        if self.first:  # subscribed first, then what is there: nothing falls in between
+            self.first = False
+            return self._all()
+        wanted = set(self.dirs)
+        return {k: v.decode("utf-8") for k, v in self.puts.next(timeout)
+                if k.rpartition("/")[0] in wanted}
+
+    def _all(self) -> dict[str, str]:
+        out = {}
+        for d in self.dirs:
+            for start, end in self.TOP if not d else [_prefix_range(d)]:
+                out.update({k: v.decode("utf-8") for k, v in
+                            self.store.app.kv_range(start, end).items()
+                            if k.rpartition("/")[0] == d})
+        return out
+
+    def close(self) -> None:
+        self.puts.close()
+
+
+def _prefix_range(d: str) -> tuple[str, str]:
+    """[start, end) of the keys under `d`/ (skein filters by range or prefix; a range is
+    one filter type for every followed dir)."""
+    return f"{d}/", f"{d}0"  # "0" is the character after "/"
 
 
 class Scoped(KV):

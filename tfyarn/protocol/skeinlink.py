@@ -23,7 +23,7 @@ import select
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from tfyarn.core.errors import EnvironmentMissing, SpecError, StoreGone, TfYarnError
@@ -93,6 +93,10 @@ class App:
     def kv_prefix(self, prefix: str) -> dict[str, bytes]:
         return dict(_gone_on_failure(self.raw.kv.get_prefix, prefix))
 
+    def kv_range(self, start: str, end: str | None) -> dict[str, bytes]:
+        """Every key in [start, end) (end None: no bound)."""
+        return dict(_gone_on_failure(self.raw.kv.get_range, start=start, end=end))
+
     def kv_wait(self, key: str, timeout: float | None,
                 current: Callable[[], bytes | None]) -> bytes | None:
         """`current()` once subscribed to puts of `key` (so a put between the two is never
@@ -108,6 +112,14 @@ class App:
             except queue.Empty:
                 return None
         return event.result.value
+
+    def kv_follow(self, ranges: Sequence[tuple[str, str | None]]) -> Puts:
+        """A subscription to the puts of every key in each [start, end) range (end None:
+        no bound), in one queue: events, not rescans."""
+        queue = _gone_on_failure(self.raw.kv.event_queue)
+        for start, end in ranges:
+            _gone_on_failure(queue.subscribe, start=start, end=end, event_type="put")
+        return Puts(queue)
 
     def containers(self, states: list[str] | None = None,
                    services: list[str] | None = None) -> list[Any]:
@@ -133,6 +145,32 @@ class App:
     def shutdown(self, state: str, diagnostics: str) -> None:
         """End the application with this final status and diagnostics."""
         _gone_on_failure(self.raw.shutdown, state, diagnostics)
+
+
+class Puts:
+    """The puts a `kv_follow` subscription queued."""
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
+
+    def next(self, timeout: float) -> list[tuple[str, bytes]]:
+        """(key, value) of each put queued within `timeout` (once one came, every one
+        queued by then); empty if none came."""
+        import queue
+
+        out: list[tuple[str, bytes]] = []
+        block = True
+        while True:
+            try:
+                event = _gone_on_failure(self.queue.get, block, timeout)
+            except queue.Empty:
+                return out
+            out.append((event.key, event.result.value))
+            block = False
+
+    def close(self) -> None:
+        with contextlib.suppress(*_failures()):
+            self.queue.unsubscribe_all()
 
 
 def _gone_on_failure(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
