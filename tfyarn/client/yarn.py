@@ -39,7 +39,7 @@ from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_END_POLL_S, YARN_POLL_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.protocol.skeinlink import NO_HADOOP, Yarn, keeping_log, warm_driver
+from tfyarn.protocol.skeinlink import NO_HADOOP, Puts, Yarn, keeping_log, warm_driver
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 REPORT_RETRIES = 5  # consecutive failed report calls before the watcher gives up
@@ -262,6 +262,7 @@ class Watcher:
     state: str = ""
     tracking_shown: bool = False
     store: kvmod.SkeinKV | None = None
+    status_puts: Puts | None = None  # the store's STATUS, subscribed to once
     begun: float = field(default_factory=time.monotonic)
     view: StoreView = field(init=False)
     reports: Reports = field(init=False)
@@ -295,13 +296,13 @@ class Watcher:
         if self.view.outcome is not None:
             time.sleep(YARN_END_POLL_S)
             return
-        if self.store is None or self.state != "RUNNING":
+        if self.status_puts is None:
             time.sleep(YARN_POLL_S)
             return
         try:
-            self.store.wait(kvmod.STATUS, timeout=YARN_POLL_S)
+            self.status_puts.next(YARN_POLL_S)
         except StoreGone:
-            self.store = None
+            self.store = self.status_puts = None
 
     def _interrupted(self) -> JobFailed:
         words = self.interrupts.words()
@@ -330,15 +331,17 @@ class Watcher:
     def _progress(self) -> None:
         """Read the job's store; an AM that went away is not an error here: the next
         report says how the application ended."""
-        if self.store is None:
-            self.store = app_store(self.client, self.app_id)
-            if self.store is None:
-                return
         try:
-            self.store.put(kvmod.CLIENT, "watching")
+            if self.store is None:
+                self.store = app_store(self.client, self.app_id)
+                if self.store is None:
+                    return
+                # subscribed before the first read, so no put of it falls in between
+                self.status_puts = self.store.app.kv_follow_key(kvmod.STATUS)
+                self.store.put(kvmod.CLIENT, "watching")
             self.view.read(self.store)
         except StoreGone:
-            self.store = None
+            self.store = self.status_puts = None
 
     def _lingering(self) -> int:
         """The job ended but its application stays up for TensorBoard: the outcome is

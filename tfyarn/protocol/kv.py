@@ -114,6 +114,10 @@ class KV(ABC):
     def done_waiting(self) -> None:  # noqa: B027 - most stores hold nothing between waits
         """This thread will not wait again: let go of what its waits held."""
 
+    def expect(self, keys: Sequence[str]) -> None:  # noqa: B027 - most stores need nothing
+        """This process will wait for `keys`: get ready now, before it announces what
+        makes another process put them (skein: subscribe, see App.kv_expect)."""
+
 
 class Feed(ABC):
     """Changed keys, for a loop that acts on what others write (the driver)."""
@@ -398,6 +402,10 @@ class SkeinKV(KV):
     def feed(self, dirs: Sequence[str]) -> Feed:
         return SkeinFeed(self, dirs)
 
+    def expect(self, keys: Sequence[str]) -> None:
+        for key in keys:
+            self.app.kv_expect(key)
+
     def put(self, key: str, value: str) -> None:
         self.app.kv_put(key, value.encode("utf-8"))
 
@@ -475,6 +483,9 @@ class Scoped(KV):
     def wait(self, key: str, timeout: float | None = None,
              poll_s: float | None = None) -> str | None:
         return self.store.wait(self.prefix + key, timeout, poll_s)
+
+    def expect(self, keys: Sequence[str]) -> None:
+        self.store.expect([self.prefix + k for k in keys])
 
     def done_waiting(self) -> None:
         self.store.done_waiting()

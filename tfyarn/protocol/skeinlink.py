@@ -23,6 +23,8 @@ import select
 import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -31,6 +33,10 @@ from tfyarn.core.errors import EnvironmentMissing, SpecError, StoreGone, TfYarnE
 T = TypeVar("T")
 GRPC_FORK_VAR = "GRPC_ENABLE_FORK_SUPPORT"
 WARM_STOP_S = 10.0  # `tfyarn driver stop`: the JVM's own shutdown, before it is killed
+PRIMER_KEY = "tfyarn-primer"  # never put (see App.primed)
+SUBSCRIBE_S = 30.0  # a watch the AM has not confirmed by then never will be (_confirmed)
+PUT_TRIES = 5  # a put the ApplicationMaster failed (see App.kv_put) is tried this often
+PUT_RETRY_S = 0.05
 _users_grpc_fork: str | None = None  # its value before we turned it off, for user processes
 
 
@@ -75,6 +81,8 @@ class App:
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
+        self.primer: Any = None
+        self.watching: dict[str, Puts] = {}  # kv_expect's subscriptions, by key
 
     @classmethod
     def current(cls) -> App:
@@ -82,10 +90,39 @@ class App:
         without_grpc_fork_support()
         import skein
 
-        return cls(_gone_on_failure(skein.ApplicationClient.from_current))
+        return cls(_gone_on_failure(skein.ApplicationClient.from_current)).primed()
+
+    def primed(self) -> App:
+        """This process's watch stream opened by a watch nothing matches. skein carries
+        every subscription of an application client over one stream, and its
+        ApplicationMaster sends a stream's first message unsafely: a put matching a watch
+        being created on a new stream can send it at the same time (`sendHeaders has
+        already been called` in the AM's log). Then the put fails, or the watch's
+        confirmation is lost and the stream breaks, and every later wait of the process
+        hangs. Primed, the first message is this watch's confirmation."""
+        self.primer = _confirmed(lambda: self.raw.kv.events(key=PRIMER_KEY, event_type="put"))
+        return self
 
     def kv_put(self, key: str, value: bytes) -> None:
-        _gone_on_failure(self.raw.kv.__setitem__, key, value)
+        """Put, again if skein's ApplicationMaster failed the call: a put whose key
+        matches a watch being created at that moment can race the watch's own first
+        message (`sendHeaders has already been called` in the AM's log; the value is
+        stored, the call fails). A put is idempotent; a gone AM fails every try."""
+        import skein
+
+        for tries_left in range(PUT_TRIES - 1, -1, -1):
+            try:
+                self.raw.kv[key] = value
+                return
+            except skein.exceptions.ConnectionError as exc:
+                raise StoreGone(f"the application cannot be reached: {exc}") from None
+            except skein.exceptions.ApplicationError as exc:
+                if not tries_left:
+                    raise StoreGone(f"the application failed the put of {key!r} {PUT_TRIES} "
+                                    f"times: {exc}") from None
+                time.sleep(PUT_RETRY_S)
+            except _failures() as exc:
+                raise StoreGone(f"the application cannot be reached: {exc}") from None
 
     def kv_get(self, key: str) -> bytes | None:
         return _gone_on_failure(self.raw.kv.get, key)
@@ -100,25 +137,37 @@ class App:
     def kv_wait(self, key: str, timeout: float | None,
                 current: Callable[[], bytes | None]) -> bytes | None:
         """`current()` once subscribed to puts of `key` (so a put between the two is never
-        missed), else the next put's value, else None after `timeout`."""
-        import queue
+        missed), else the next put's value, else None after `timeout`. The subscription
+        stays for the next wait on `key` (see `kv_expect`)."""
+        puts = self.kv_expect(key)
+        value = current()
+        if value is not None:
+            return value
+        for k, v in puts.next(timeout if timeout is not None else 1e9):
+            if k == key:
+                return v
+        return None
 
-        with _gone_on_failure(lambda: self.raw.kv.events(key=key, event_type="put")) as events:
-            value = current()
-            if value is not None:
-                return value
-            try:
-                event = _gone_on_failure(events.get, True, timeout)
-            except queue.Empty:
-                return None
-        return event.result.value
+    def kv_expect(self, key: str) -> Puts:
+        """This process's subscription to puts of `key`, made now if it has none: made
+        before the process announces what makes another put `key` (a launcher its
+        address, before the driver puts the cluster spec), no put can race its creation
+        (see `primed`), and repeated waits create nothing."""
+        puts = self.watching.get(key)
+        if puts is None:
+            puts = self.watching[key] = self.kv_follow_key(key)
+        return puts
+
+    def kv_follow_key(self, key: str) -> Puts:
+        """A subscription to the puts of `key`."""
+        return self.kv_follow([(key, key + "\0")])
 
     def kv_follow(self, ranges: Sequence[tuple[str, str | None]]) -> Puts:
         """A subscription to the puts of every key in each [start, end) range (end None:
         no bound), in one queue: events, not rescans."""
         queue = _gone_on_failure(self.raw.kv.event_queue)
         for start, end in ranges:
-            _gone_on_failure(queue.subscribe, start=start, end=end, event_type="put")
+            _confirmed(lambda s=start, e=end: queue.subscribe(start=s, end=e, event_type="put"))
         return Puts(queue)
 
     def containers(self, states: list[str] | None = None,
@@ -171,6 +220,31 @@ class Puts:
     def close(self) -> None:
         with contextlib.suppress(*_failures()):
             self.queue.unsubscribe_all()
+
+
+def _confirmed(subscribe: Callable[[], T]) -> T:
+    """`subscribe()`, which waits for the ApplicationMaster's confirmation, bounded:
+    skein's AM can lose it (a put matching the watch at its creation sends on the same
+    stream at the same time), and skein would wait forever. StoreGone instead: the
+    process fails, visibly, rather than hang."""
+    out: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            out.append(_gone_on_failure(subscribe))
+        except StoreGone as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(SUBSCRIBE_S)
+    if failed:
+        raise failed[0]
+    if not out:
+        raise StoreGone(f"skein's ApplicationMaster never confirmed a watch on the store in "
+                        f"{SUBSCRIBE_S:g} s")
+    return out[0]
 
 
 def _gone_on_failure(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
@@ -303,8 +377,8 @@ class Yarn:
     def connect(self, app_id: str) -> App | None:
         """The running application, or None when it does not run (yet, or any more)."""
         try:
-            return App(self.raw.connect(app_id, wait=False))
-        except (*_failures(), ValueError, KeyError):  # not running: the report says more
+            return App(self.raw.connect(app_id, wait=False)).primed()
+        except (*_failures(), ValueError, KeyError, StoreGone):  # not running: the report says more
             return None
 
     def kill(self, app_id: str) -> None:

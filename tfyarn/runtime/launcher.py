@@ -283,6 +283,7 @@ class Launcher:
     def run(self) -> None:
         """Register every task, wait for the cluster, run and supervise the processes."""
         host = self.settings.advertise_host or socket.getfqdn()
+        self.store.expect([kvmod.CLUSTER, kvmod.STOP])  # before the driver can put them
         slots = []
         for j, task in enumerate(self.args.tasks):
             sock = reserve_port()
