@@ -336,9 +336,9 @@ class Watcher:
                 self.store = app_store(self.client, self.app_id)
                 if self.store is None:
                     return
+                self.store.put(kvmod.CLIENT, "watching")  # fails at once if the AM is gone
                 # subscribed before the first read, so no put of it falls in between
-                self.status_puts = self.store.app.kv_follow_key(kvmod.STATUS)
-                self.store.put(kvmod.CLIENT, "watching")
+                self.status_puts = self.store.app.kv_expect(kvmod.STATUS)
             self.view.read(self.store)
         except StoreGone:
             self.store = self.status_puts = None

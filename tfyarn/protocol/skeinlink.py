@@ -33,8 +33,8 @@ from tfyarn.core.errors import EnvironmentMissing, SpecError, StoreGone, TfYarnE
 T = TypeVar("T")
 GRPC_FORK_VAR = "GRPC_ENABLE_FORK_SUPPORT"
 WARM_STOP_S = 10.0  # `tfyarn driver stop`: the JVM's own shutdown, before it is killed
-PRIMER_KEY = "tfyarn-primer"  # never put (see App.primed)
-SUBSCRIBE_S = 30.0  # a watch the AM has not confirmed by then never will be (_confirmed)
+PRIMER_KEY = "tfyarn-primer"  # never put (see App._prime)
+SUBSCRIBE_S = 10.0  # a watch the AM has not confirmed by then never will be (_confirmed)
 PUT_TRIES = 5  # a put the ApplicationMaster failed (see App.kv_put) is tried this often
 PUT_RETRY_S = 0.05
 _users_grpc_fork: str | None = None  # its value before we turned it off, for user processes
@@ -90,18 +90,19 @@ class App:
         without_grpc_fork_support()
         import skein
 
-        return cls(_gone_on_failure(skein.ApplicationClient.from_current)).primed()
+        return cls(_gone_on_failure(skein.ApplicationClient.from_current))
 
-    def primed(self) -> App:
-        """This process's watch stream opened by a watch nothing matches. skein carries
-        every subscription of an application client over one stream, and its
-        ApplicationMaster sends a stream's first message unsafely: a put matching a watch
-        being created on a new stream can send it at the same time (`sendHeaders has
-        already been called` in the AM's log). Then the put fails, or the watch's
-        confirmation is lost and the stream breaks, and every later wait of the process
-        hangs. Primed, the first message is this watch's confirmation."""
-        self.primer = _confirmed(lambda: self.raw.kv.events(key=PRIMER_KEY, event_type="put"))
-        return self
+    def _prime(self) -> None:
+        """Open this process's watch stream with a watch nothing matches, before its first
+        real one. skein carries every subscription of an application client over one
+        stream, and its ApplicationMaster sends a stream's first message unsafely: a put
+        matching a watch being created on a new stream can send it at the same time
+        (`sendHeaders has already been called` in the AM's log). Then the put fails, or
+        the watch's confirmation is lost and the stream breaks, and every later wait of
+        the process hangs. Primed, the first message is this watch's confirmation."""
+        if self.primer is None:
+            self.primer = _confirmed(
+                lambda: self.raw.kv.events(key=PRIMER_KEY, event_type="put"))
 
     def kv_put(self, key: str, value: bytes) -> None:
         """Put, again if skein's ApplicationMaster failed the call: a put whose key
@@ -114,9 +115,7 @@ class App:
             try:
                 self.raw.kv[key] = value
                 return
-            except skein.exceptions.ConnectionError as exc:
-                raise StoreGone(f"the application cannot be reached: {exc}") from None
-            except skein.exceptions.ApplicationError as exc:
+            except skein.exceptions.ApplicationError as exc:  # not its ConnectionError
                 if not tries_left:
                     raise StoreGone(f"the application failed the put of {key!r} {PUT_TRIES} "
                                     f"times: {exc}") from None
@@ -152,19 +151,16 @@ class App:
         """This process's subscription to puts of `key`, made now if it has none: made
         before the process announces what makes another put `key` (a launcher its
         address, before the driver puts the cluster spec), no put can race its creation
-        (see `primed`), and repeated waits create nothing."""
+        (see `_prime`), and repeated waits create nothing."""
         puts = self.watching.get(key)
         if puts is None:
-            puts = self.watching[key] = self.kv_follow_key(key)
+            puts = self.watching[key] = self.kv_follow([(key, key + "\0")])
         return puts
-
-    def kv_follow_key(self, key: str) -> Puts:
-        """A subscription to the puts of `key`."""
-        return self.kv_follow([(key, key + "\0")])
 
     def kv_follow(self, ranges: Sequence[tuple[str, str | None]]) -> Puts:
         """A subscription to the puts of every key in each [start, end) range (end None:
         no bound), in one queue: events, not rescans."""
+        self._prime()
         queue = _gone_on_failure(self.raw.kv.event_queue)
         for start, end in ranges:
             _confirmed(lambda s=start, e=end: queue.subscribe(start=s, end=e, event_type="put"))
@@ -233,7 +229,7 @@ def _confirmed(subscribe: Callable[[], T]) -> T:
     def run() -> None:
         try:
             out.append(_gone_on_failure(subscribe))
-        except StoreGone as exc:
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
             failed.append(exc)
 
     thread = threading.Thread(target=run, daemon=True)
@@ -377,8 +373,8 @@ class Yarn:
     def connect(self, app_id: str) -> App | None:
         """The running application, or None when it does not run (yet, or any more)."""
         try:
-            return App(self.raw.connect(app_id, wait=False)).primed()
-        except (*_failures(), ValueError, KeyError, StoreGone):  # not running: the report says more
+            return App(self.raw.connect(app_id, wait=False))
+        except (*_failures(), ValueError, KeyError):  # not running: the report says more
             return None
 
     def kill(self, app_id: str) -> None:

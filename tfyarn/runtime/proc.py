@@ -256,6 +256,10 @@ class ForkServer:
         try:
             self.proc = fork_call(lambda: _serve(entry), cwd, env, stdin=req_r,
                                   stdout=rep_w, close=(req_w, rep_r), name="tfyarn-forks")
+        except OSError:
+            os.close(req_w)
+            os.close(rep_r)
+            raise
         finally:
             os.close(req_r)
             os.close(rep_w)
