@@ -233,8 +233,8 @@ def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int
             for slot in running.values():
                 report(slot, slot.child.wait())
             break
-        flag.wake.wait(SUPERVISE_BACKSTOP_S)  # a child's end, a signal, a stop or the
-        # heartbeat's look at the parent wakes it at once
+        if running:  # a child's end, a signal, a stop or the heartbeat's look at the
+            flag.wake.wait(SUPERVISE_BACKSTOP_S)  # parent wakes it at once
     proc.stop_tree(min(grace, 1.0), keep)
     proc.reap(keep)
 
