@@ -24,9 +24,8 @@ def heartbeat_s(timeout_s: float) -> float:
 
 
 WAKE_S = 0.5  # a launcher waiting for the cluster spec re-checks its flags this often
-SUPERVISE_BACKSTOP_S = 60.0  # a running launcher's supervisor wakes at least this often;
-# its parent's death comes as a signal (local mode: parent-death signal; YARN: the
-# NodeManager's group kill), and the heartbeat thread looks at the parent at each beat
+PARENT_CHECK_S = 5.0  # a running launcher's backstop look at its parent: its death comes
+# as a signal (local mode: parent-death signal; YARN: the NodeManager's group kill)
 CLUSTER_WAIT_SLACK_S = 60.0  # launcher waits -wait_time plus this for the cluster spec
 STOP_WAIT_S = 60.0  # one blocking wait for the stop key (the driver's bell locally, skein's
 # events on YARN: neither polls), then wait again

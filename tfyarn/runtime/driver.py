@@ -334,6 +334,7 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
         attempt += 1
     final = replace(outcome, message=final_message(spec, outcome, earlier), tasks=tasks,
                     attempts=tuple(earlier))
+    store.expect([kvmod.ACK])  # before the status: a watching client acknowledges at once
     store.put(kvmod.STATUS, final.to_json())
     if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
         store.wait(kvmod.ACK, timeout=ACK_WAIT_S)

@@ -45,8 +45,8 @@ from tfyarn.core.tfconfig import (
 )
 from tfyarn.core.timing import (
     CLUSTER_WAIT_SLACK_S,
+    PARENT_CHECK_S,
     STOP_WAIT_S,
-    SUPERVISE_BACKSTOP_S,
     WAKE_S,
     heartbeat_s,
 )
@@ -151,8 +151,7 @@ def _daemon(target: Callable[[], object]) -> threading.Thread:
 def heartbeat(store: kvmod.KV, tasks: Sequence[Task], flag: StopFlag,
               done: threading.Event, interval: float) -> None:
     """Bump each task's beat every `interval` until `done`; the driver counts a task
-    whose beat stops moving as lost. Each beat also looks at the launcher's parent (its
-    death sets the flag, which wakes the supervisor): one wakeup per beat, not two."""
+    whose beat stops moving as lost."""
     n = 0
     while not done.is_set():
         n += 1
@@ -162,7 +161,6 @@ def heartbeat(store: kvmod.KV, tasks: Sequence[Task], flag: StopFlag,
         except (StoreGone, OSError) as exc:
             flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
             return
-        flag.check()
         done.wait(interval)
 
 
@@ -233,8 +231,7 @@ def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int
             for slot in running.values():
                 report(slot, slot.child.wait())
             break
-        if running:  # a child's end, a signal, a stop or the heartbeat's look at the
-            flag.wake.wait(SUPERVISE_BACKSTOP_S)  # parent wakes it at once
+        flag.wake.wait(PARENT_CHECK_S)  # a child's end, a signal or a stop wakes it at once
     proc.stop_tree(min(grace, 1.0), keep)
     proc.reap(keep)
 
