@@ -2,7 +2,7 @@
 
 A stand-in ApplicationMaster serves skein's own gRPC service (skein's generated stubs) over
 TLS with skein's own credentials; a fresh interpreter opens tfyarn's skein store against it
-(the launcher's path: `kv.open_kv("skein:")`), keeps heartbeat puts going in a thread, and
+(the launcher's path: `kv.open_kv("skein:")`), keeps puts and gets going in threads, and
 starts hundreds of children through `proc.start(..., parent_death=SIGKILL)`, the launcher's
 one way of starting a task. With the old preexec_fn, gRPC's fork handlers ran in the forked
 child and aborted some of them (SIGABRT) on grpcio 1.80-1.85: here every child must exit 0.
@@ -19,6 +19,8 @@ from concurrent import futures
 import pytest
 
 FORKS = 300
+BEATS = 4  # threads in gRPC calls all along: more of them, more forks land mid-call
+CONTROL_FORKS = 5000  # the old way aborts 1-4 % of children here; stops at the first
 
 SOAK = r"""
 import json, os, signal, sys, threading
@@ -29,17 +31,21 @@ store = kv.open_kv("skein:")          # what the launcher does in its container
 store.put("soak/first", "1")
 stop = threading.Event()
 
-def beat():                            # the launcher's heartbeat: gRPC calls all along
+def beat():                            # heartbeats and waits: gRPC calls all along
     i = 0
     while not stop.is_set():
         store.put("soak/beat", str(i)); store.get("soak/beat"); i += 1
 
-threading.Thread(target=beat, daemon=True).start()
+for _ in range(int(sys.argv[2])):
+    threading.Thread(target=beat, daemon=True).start()
 codes = {}
+until_abort = sys.argv[3] == "until-abort"
 for _ in range(int(sys.argv[1])):
     child = proc.start(["true"], dict(os.environ), parent_death=signal.SIGKILL)
     rc = child.wait(timeout=60)
     codes[rc] = codes.get(rc, 0) + 1
+    if until_abort and rc == -signal.SIGABRT:
+        break
 stop.set()
 print("CODES " + json.dumps(codes))
 print("GRPC_FORK " + os.environ.get("GRPC_ENABLE_FORK_SUPPORT", "unset"))
@@ -90,8 +96,8 @@ def stand_in_am(tmp_path):
 
 
 def test_hundreds_of_tasks_started_under_live_grpc_channels_all_run(stand_in_am, tmp_path):
-    r = subprocess.run([sys.executable, "-c", SOAK, str(FORKS)], env=stand_in_am, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-c", SOAK, str(FORKS), str(BEATS), "all"],
+                       env=stand_in_am, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     codes = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("CODES "))[6:])
     assert codes == {"0": FORKS}, f"children's exit codes: {codes}\n{r.stderr[-2000:]}"
@@ -121,7 +127,8 @@ def test_control_the_old_preexec_fn_aborts_children_in_the_same_soak(stand_in_am
     major, minor = (int(x) for x in grpc.__version__.split(".")[:2])
     if not (major == 1 and 80 <= minor <= 85):
         pytest.skip(f"grpcio {grpc.__version__}: the fork defect was seen on 1.80-1.85")
-    r = subprocess.run([sys.executable, "-c", OLD_LAUNCHER + SOAK, str(FORKS)], env=stand_in_am,
-                       cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, "-c", OLD_LAUNCHER + SOAK, str(CONTROL_FORKS),
+                        str(BEATS), "until-abort"], env=stand_in_am, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
     codes = json.loads(next(x for x in r.stdout.splitlines() if x.startswith("CODES "))[6:])
-    assert codes.get("-6", 0) > 0, f"no child aborted with the old way: {codes}"
+    assert codes.get("-6", 0) == 1, f"no child aborted with the old way: {codes}"
