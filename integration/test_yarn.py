@@ -15,6 +15,8 @@ import time
 import pytest
 from conftest import APP_ID, DATA, REPO, aggregated_logs, final_state, py, yarn_cli
 
+from tfyarn.hdfs import siteconf
+
 pytestmark = pytest.mark.yarn
 SMALL = ["-pm", "1024", "-wm", "1024"]
 JVM_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN|ERROR) ", re.M)  # log4j's
@@ -838,6 +840,11 @@ def _skein_drivers() -> list[int]:
     return [p.pid for p in live() if "com.anaconda.skein.Driver" in p.cmdline]
 
 
+def _environ(pid: int) -> dict[str, str]:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        return dict(x.decode().partition("=")[::2] for x in f.read().split(b"\0") if x)
+
+
 def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit):
     """`tfyarn driver start`: then el_submit, status and kill start no skein driver of
     their own (each would be a JVM); `tfyarn driver stop` ends it."""
@@ -848,6 +855,14 @@ def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit
     try:
         warm = _skein_drivers()
         assert len(warm) == 1, warm
+        again = subprocess.run([*tfyarn, "driver", "start"], capture_output=True, text=True,
+                               timeout=300)
+        assert again.returncode == 0 and "already running" in again.stderr, again.stderr
+        assert _skein_drivers() == warm
+        conf = _environ(warm[0])["HADOOP_CONF_DIR"]  # the site's, faster HDFS close retries
+        assert conf != os.environ["HADOOP_CONF_DIR"]
+        assert siteconf.CLIENT_DEFAULTS.items() <= \
+            siteconf.read_site(os.path.join(conf, "hdfs-site.xml")).items()
         status = subprocess.run([*tfyarn, "driver", "status"], capture_output=True, text=True,
                                 timeout=120)
         assert status.stdout.startswith("running at "), status.stdout + status.stderr
@@ -865,3 +880,4 @@ def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit
                                  timeout=120)
     assert stopped.returncode == 0 and "warm driver stopped" in stopped.stderr
     assert not _skein_drivers()
+    assert not os.path.exists(conf)

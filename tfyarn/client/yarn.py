@@ -37,6 +37,7 @@ from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_END_POLL_S, YARN_POLL_S
+from tfyarn.hdfs import siteconf
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
 from tfyarn.protocol.skeinlink import NO_HADOOP, Puts, Yarn, keeping_log, warm_driver
@@ -66,14 +67,40 @@ def require_client(opts: ClientOptions) -> None:
         raise EnvironmentMissing(f"{NO_HADOOP} (missing: yarn)")
 
 
-def _start_client(opts: ClientOptions, log: str) -> Yarn:
+def _start_client(opts: ClientOptions, log: str, conf_dest: str) -> Yarn:
     """The warm driver when one serves this configuration (no --principal/--keytab of
-    this call's own), else a driver of this call's own (a JVM: ~5 s)."""
+    this call's own), else a driver of this call's own (a JVM: ~5 s), reading its
+    Hadoop configuration from `conf_dest` (see `driver_conf`)."""
     if not opts.principal and not opts.keytab:
         warm = Yarn.warm(os.environ.get("HADOOP_CONF_DIR"))
         if warm is not None:
             return warm
-    return Yarn.start(opts.principal, opts.keytab, log)
+    return Yarn.start(opts.principal, opts.keytab, log, driver_conf(conf_dest))
+
+
+def driver_conf(dest: str) -> str | None:
+    """The Hadoop configuration skein's driver is started with: the site's, with faster
+    HDFS close retries (siteconf.CLIENT_DEFAULTS: most of a submit was spent in them),
+    made in `dest`; None where there is no configuration dir to start from."""
+    conf_dir = Settings.from_environ().conf_dir()
+    return siteconf.client_conf(conf_dir, dest) if conf_dir else None
+
+
+def _warm_running(conf_dir: str | None) -> bool:
+    """Whether the warm driver runs already, for `conf_dir` (said); one for another
+    configuration is refused (skein keeps one global driver: stop it first)."""
+    note = warm_driver()
+    if note is None:
+        return False
+    running = Yarn.warm(note.get("conf_dir"))
+    if running is None:
+        return False
+    running.close()
+    if note.get("conf_dir") != conf_dir:
+        raise TfYarnError(f"a warm driver runs for HADOOP_CONF_DIR={note.get('conf_dir')}; "
+                          "stop it first: tfyarn driver stop")
+    say(f"warm driver already running at {note['address']} for HADOOP_CONF_DIR={conf_dir}")
+    return True
 
 
 def driver(action: str, opts: ClientOptions) -> int:
@@ -84,8 +111,11 @@ def driver(action: str, opts: ClientOptions) -> int:
     conf_dir = os.environ.get("HADOOP_CONF_DIR")
     if action == "start":
         require_client(opts)
+        if _warm_running(conf_dir):
+            return 0
         log = Settings.from_environ().log_path("skein-warm-driver.log")
-        address = Yarn.start_warm(conf_dir, opts.principal, opts.keytab, log)
+        address = Yarn.start_warm(conf_dir, opts.principal, opts.keytab, log,
+                                  driver_conf(tempfile.mkdtemp(prefix="tfyarn-driver-conf-")))
         say(f"warm driver at {address} for HADOOP_CONF_DIR={conf_dir} (log: {log}); "
             "stop it with: tfyarn driver stop")
     elif action == "stop":
@@ -106,7 +136,8 @@ def yarn_client(opts: ClientOptions) -> Iterator[Yarn]:
     if opts.conf_dir:
         os.environ["HADOOP_CONF_DIR"] = os.path.abspath(opts.conf_dir)  # read by skein's driver
     log = Settings.from_environ().log_path(f"skein-driver-{os.getpid()}.log")
-    with keeping_log(log), _start_client(opts, log) as client:
+    with keeping_log(log), tempfile.TemporaryDirectory(prefix="tfyarn-driver-conf-") as conf, \
+            _start_client(opts, log, conf) as client:
         yield client
 
 

@@ -6,9 +6,12 @@ all read the same HADOOP_CONF_DIR.
 
 from __future__ import annotations
 
+import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
+
+HDFS_SITE = "hdfs-site.xml"
 
 
 def read_site(path: str) -> dict[str, str]:
@@ -28,3 +31,56 @@ def read_site(path: str) -> dict[str, str]:
 def expand(value: str, conf: Mapping[str, str]) -> str:
     """Hadoop's ${name} substitution (one level is all RM addresses use)."""
     return re.sub(r"\$\{([^}]+)\}", lambda m: conf.get(m.group(1), m.group(0)), value)
+
+
+# A client closing an HDFS file asks the NameNode to complete it; when the DataNode's
+# report of the last block has not arrived yet (about a third of closes on the sandbox),
+# the client sleeps `initial.delay.ms` (Hadoop's default: 400 ms) before asking again,
+# doubling each time. skein's driver closes 6+ files per submit (one script per
+# container), so these sleeps were most of a submit. 10 ms doubling 10 times waits at
+# most ~10 s in all, about what the default's 5 retries allow (12.4 s).
+CLIENT_DEFAULTS = {
+    "dfs.client.block.write.locateFollowingBlock.initial.delay.ms": "10",
+    "dfs.client.block.write.locateFollowingBlock.retries": "10",
+}
+
+
+def with_client_defaults(site_xml: str | None, props: Mapping[str, str]) -> str | None:
+    """An hdfs-site.xml's text with `props` first in it, so a value of the site's own
+    (later in the file) still wins; None when the text has no <configuration> element."""
+    if site_xml is None:
+        site_xml = '<?xml version="1.0"?>\n<configuration>\n</configuration>\n'
+    added = "".join(f"\n  <property><name>{k}</name><value>{v}</value></property>"
+                    for k, v in props.items())
+    out, n = re.subn(r"<configuration\b[^>]*?(?<!/)>", lambda m: m.group(0) + added,
+                     site_xml, count=1)
+    return out if n else None
+
+
+def client_conf(conf_dir: str, dest: str) -> str:
+    """`dest` made a Hadoop client configuration that is `conf_dir`'s (a link to each of
+    its entries) with CLIENT_DEFAULTS in hdfs-site.xml: what skein's driver is started
+    with. `conf_dir` itself where that cannot be made (its hdfs-site.xml unreadable or
+    without <configuration>, `dest` not writable): only speed is lost."""
+    site = os.path.join(conf_dir, HDFS_SITE)
+    try:
+        with open(site, encoding="utf-8") as f:
+            text: str | None = f.read()
+    except FileNotFoundError:
+        text = None
+    except (OSError, UnicodeDecodeError):
+        return conf_dir
+    amended = with_client_defaults(text, CLIENT_DEFAULTS)
+    if amended is None:
+        return conf_dir
+    try:
+        os.makedirs(dest, exist_ok=True)
+        for name in os.listdir(conf_dir):
+            if name != HDFS_SITE:
+                os.symlink(os.path.join(os.path.abspath(conf_dir), name),
+                           os.path.join(dest, name))
+        with open(os.path.join(dest, HDFS_SITE), "w", encoding="utf-8") as f:
+            f.write(amended)
+    except OSError:  # unreadable dir, full disk: the site's own configuration serves
+        return conf_dir
+    return dest

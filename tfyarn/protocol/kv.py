@@ -431,8 +431,8 @@ class SkeinFeed(Feed):
 
     def __init__(self, store: SkeinKV, dirs: Sequence[str]) -> None:
         self.store, self.dirs = store, list(dirs)
-        ranges = [r for d in self.dirs for r in (self.TOP if not d else [_prefix_range(d)])]
-        self.puts = store.app.kv_follow(ranges)
+        self.ranges = {d: self.TOP if not d else (_prefix_range(d),) for d in self.dirs}
+        self.puts = store.app.kv_follow([r for rs in self.ranges.values() for r in rs])
         self.first = True
 
     def next(self, timeout: float) -> dict[str, str]:
@@ -445,8 +445,8 @@ class SkeinFeed(Feed):
 
     def _all(self) -> dict[str, str]:
         out = {}
-        for d in self.dirs:
-            for start, end in self.TOP if not d else [_prefix_range(d)]:
+        for d, ranges in self.ranges.items():
+            for start, end in ranges:
                 out.update({k: v.decode("utf-8") for k, v in
                             self.store.app.kv_range(start, end).items()
                             if k.rpartition("/")[0] == d})

@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -270,8 +271,10 @@ class Yarn:
         self.raw = raw
 
     @classmethod
-    def start(cls, principal: str | None, keytab: str | None, log: str) -> Yarn:
-        """Start skein's driver, logging to `log`; what is missing is one line."""
+    def start(cls, principal: str | None, keytab: str | None, log: str,
+              driver_conf: str | None = None) -> Yarn:
+        """Start skein's driver, logging to `log`, with the Hadoop client configuration
+        `driver_conf` (None: HADOOP_CONF_DIR's); what is missing is one line."""
         import skein
 
         # skein.Client.__del__ raises on a client whose start failed: keep that noise
@@ -280,8 +283,9 @@ class Yarn:
         sys.unraisablehook = lambda _info: None
         try:
             try:
-                return cls(skein.Client(principal=principal, keytab=keytab, log=log,
-                                        log_level="INFO"))
+                with _conf_dir(driver_conf):
+                    return cls(skein.Client(principal=principal, keytab=keytab, log=log,
+                                            log_level="INFO"))
             except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
                 message = _start_failure(exc)
         finally:
@@ -308,17 +312,21 @@ class Yarn:
 
     @staticmethod
     def start_warm(conf_dir: str | None, principal: str | None, keytab: str | None,
-                   log: str) -> str:
-        """Start (or find) skein's global driver, for this configuration; its address."""
+                   log: str, driver_conf: str | None = None) -> str:
+        """Start (or find) skein's global driver, for this configuration (`driver_conf`,
+        where given, is what the JVM reads: removed when the driver is stopped); its
+        address."""
         import skein
 
         try:
-            address = skein.Client.start_global_driver(principal=principal, keytab=keytab,
-                                                       log=log, log_level="INFO")
+            with _conf_dir(driver_conf):
+                address = skein.Client.start_global_driver(principal=principal, keytab=keytab,
+                                                           log=log, log_level="INFO")
         except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
             raise EnvironmentMissing(f"{_start_failure(exc)} (skein's driver log: {log})") \
                 from None
-        _write_warm({"address": address, "conf_dir": conf_dir, "log": log})
+        _write_warm({"address": address, "conf_dir": conf_dir, "log": log,
+                     "driver_conf": driver_conf})
         return address
 
     @staticmethod
@@ -336,12 +344,19 @@ class Yarn:
             skein.Client.stop_global_driver(force=True)
         if pid:
             _wait_gone(pid, WARM_STOP_S)
+        own_conf = (marker or {}).get("driver_conf")
+        if own_conf and own_conf != marker.get("conf_dir"):
+            shutil.rmtree(own_conf, ignore_errors=True)  # links and one file of tfyarn's
         return marker is not None
 
     def __enter__(self) -> Yarn:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the channel; stops the driver where this call started its own."""
         self.raw.close()
 
     def submit(self, app_spec: Any, gpus: int) -> str:
@@ -390,6 +405,24 @@ class Yarn:
         except _failures() as exc:
             raise YarnUnreachable(f"cannot list applications: {exc}; check the cluster with: "
                                   "yarn node -list") from None
+
+
+@contextlib.contextmanager
+def _conf_dir(conf_dir: str | None) -> Iterator[None]:
+    """HADOOP_CONF_DIR set to `conf_dir` while skein starts its driver (skein builds the
+    JVM's classpath and environment from this process's own)."""
+    if conf_dir is None:
+        yield
+        return
+    before = os.environ.get("HADOOP_CONF_DIR")
+    os.environ["HADOOP_CONF_DIR"] = conf_dir
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["HADOOP_CONF_DIR"]
+        else:
+            os.environ["HADOOP_CONF_DIR"] = before
 
 
 def _wait_gone(pid: int, timeout: float) -> None:
