@@ -103,6 +103,25 @@ def _warm_running(conf_dir: str | None) -> bool:
     return True
 
 
+def _start_warm(conf_dir: str | None, opts: ClientOptions) -> None:
+    """Start the warm driver on a Hadoop configuration of its own (`driver_conf`), kept
+    in the cache, not /tmp: a cleaner of old files there would take it from under a
+    driver that runs for weeks (its JVM rereads it at times); removed by `driver stop`."""
+    settings = Settings.from_environ()
+    log = settings.log_path("skein-warm-driver.log")
+    own = tempfile.mkdtemp(prefix="warm-driver-conf-", dir=settings.own_dir("driver-conf"))
+    conf = driver_conf(own)
+    if conf != own:  # the site's own serves (see siteconf.client_conf)
+        shutil.rmtree(own, ignore_errors=True)
+    try:
+        address = Yarn.start_warm(conf_dir, opts.principal, opts.keytab, log, conf)
+    except BaseException:  # no driver started: nothing reads it
+        shutil.rmtree(own, ignore_errors=True)
+        raise
+    say(f"warm driver at {address} for HADOOP_CONF_DIR={conf_dir} (log: {log}); "
+        "stop it with: tfyarn driver stop")
+
+
 def driver(action: str, opts: ClientOptions) -> int:
     """`tfyarn driver start|stop|status`: a warm skein driver that submits, status and
     kill calls share instead of each starting a JVM."""
@@ -113,11 +132,7 @@ def driver(action: str, opts: ClientOptions) -> int:
         require_client(opts)
         if _warm_running(conf_dir):
             return 0
-        log = Settings.from_environ().log_path("skein-warm-driver.log")
-        address = Yarn.start_warm(conf_dir, opts.principal, opts.keytab, log,
-                                  driver_conf(tempfile.mkdtemp(prefix="tfyarn-driver-conf-")))
-        say(f"warm driver at {address} for HADOOP_CONF_DIR={conf_dir} (log: {log}); "
-            "stop it with: tfyarn driver stop")
+        _start_warm(conf_dir, opts)
     elif action == "stop":
         say("warm driver stopped" if Yarn.stop_warm() else "no warm driver was running")
     else:

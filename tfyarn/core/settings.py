@@ -40,18 +40,23 @@ class Settings:
         spare = os.path.join(tempfile.gettempdir(), f"tfyarn-cache-{os.getuid()}")
         return [d for d in (self.cache, own, spare) if d]
 
-    def log_path(self, name: str) -> str:
-        """A file for a log of tfyarn's own (skein's driver): under the first writable
-        cache dir's `logs/`; /dev/null where none is."""
+    def own_dir(self, name: str) -> str | None:
+        """`name/` under the first writable cache dir, made; None where none is."""
         for base in self.cache_dirs():
-            folder = os.path.join(base, "logs")
+            folder = os.path.join(base, name)
             try:
                 os.makedirs(folder, exist_ok=True)
             except OSError:
                 continue
             if os.access(folder, os.W_OK):
-                return os.path.join(folder, name)
-        return os.devnull
+                return folder
+        return None
+
+    def log_path(self, name: str) -> str:
+        """A file for a log of tfyarn's own (skein's driver): under the first writable
+        cache dir's `logs/`; /dev/null where none is."""
+        folder = self.own_dir("logs")
+        return os.devnull if folder is None else os.path.join(folder, name)
 
     def conf_files(self) -> tuple[str, ...]:
         """Where site defaults (conf/tfyarn.yaml) are looked for, first found wins."""
