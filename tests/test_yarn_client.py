@@ -435,7 +435,7 @@ def test_skein_failure_inside_a_lifecycle_command_is_one_line(monkeypatch):
             pass
 
     monkeypatch.setattr(yarn, "require_client", lambda _opts: None)
-    monkeypatch.setattr(yarn, "_start_client", lambda _opts, _log: Yarn(Failing()))
+    monkeypatch.setattr(yarn, "_start_client", lambda *_a: Yarn(Failing()))
     with pytest.raises(TfYarnError) as failed, contextlib.suppress(SystemExit):
         yarn._ls_skein(True, yarn.ClientOptions())
     assert str(failed.value).startswith("cannot list applications: lost the skein driver")
