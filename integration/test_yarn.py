@@ -845,6 +845,35 @@ def _environ(pid: int) -> dict[str, str]:
         return dict(x.decode().partition("=")[::2] for x in f.read().split(b"\0") if x)
 
 
+def test_driver_stop_leaves_the_sites_configuration_it_read_as_it_is(tmp_path):
+    """No HADOOP_CONF_DIR: the Hadoop install's etc/hadoop is the configuration. When tfyarn
+    cannot amend its hdfs-site.xml, the warm driver reads that dir itself, and `tfyarn
+    driver stop` removes nothing of it. (A HADOOP_HOME of its own: the sandbox install's
+    scripts copied, which find their home by their own path, its jars linked.)"""
+    real = os.environ["HADOOP_HOME"]
+    home = tmp_path / "hadoop"
+    for name in ("bin", "libexec"):
+        shutil.copytree(os.path.join(real, name), home / name, symlinks=False)
+    for name in ("share", "lib"):
+        os.symlink(os.path.join(real, name), home / name)
+    site = home / "etc" / "hadoop"
+    shutil.copytree(os.environ["HADOOP_CONF_DIR"], site)
+    (site / "hdfs-site.xml").write_text("<configuration/>\n")
+    env = {k: v for k, v in os.environ.items() if k != "HADOOP_CONF_DIR"}
+    env.update(HADOOP_HOME=str(home), PATH=f"{home}/bin:{env['PATH']}")
+    tfyarn = [sys.executable, "-m", "tfyarn"]
+    started = subprocess.run([*tfyarn, "driver", "start"], env=env, capture_output=True,
+                             text=True, timeout=300)
+    assert started.returncode == 0, started.stderr
+    try:
+        assert [_environ(pid).get("HADOOP_CONF_DIR") for pid in _skein_drivers()] == [None]
+    finally:
+        stopped = subprocess.run([*tfyarn, "driver", "stop"], env=env, capture_output=True,
+                                 text=True, timeout=120)
+    assert stopped.returncode == 0 and "warm driver stopped" in stopped.stderr
+    assert sorted(os.listdir(site)) == sorted(os.listdir(os.environ["HADOOP_CONF_DIR"]))
+
+
 def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit):
     """`tfyarn driver start`: then el_submit, status and kill start no skein driver of
     their own (each would be a JVM); `tfyarn driver stop` ends it."""

@@ -111,8 +111,9 @@ def _start_warm(conf_dir: str | None, opts: ClientOptions) -> None:
     log = settings.log_path("skein-warm-driver.log")
     own = tempfile.mkdtemp(prefix="warm-driver-conf-", dir=settings.own_dir("driver-conf"))
     conf = driver_conf(own)
-    if conf != own:  # the site's own serves (see siteconf.client_conf)
+    if conf != own:  # the site's own serves as it is (see siteconf.client_conf)
         shutil.rmtree(own, ignore_errors=True)
+        conf = None  # never recorded: `driver stop` removes what is recorded
     try:
         address = Yarn.start_warm(conf_dir, opts.principal, opts.keytab, log, conf)
     except BaseException:  # no driver started: nothing reads it

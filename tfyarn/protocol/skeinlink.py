@@ -313,9 +313,9 @@ class Yarn:
     @staticmethod
     def start_warm(conf_dir: str | None, principal: str | None, keytab: str | None,
                    log: str, driver_conf: str | None = None) -> str:
-        """Start (or find) skein's global driver, for this configuration (`driver_conf`,
-        where given, is what the JVM reads: removed when the driver is stopped); its
-        address."""
+        """Start (or find) skein's global driver, for this configuration; its address.
+        `driver_conf`, where given, is a dir of tfyarn's own that the JVM reads instead
+        of HADOOP_CONF_DIR: removed when the driver is stopped, so never the site's."""
         import skein
 
         try:
@@ -345,7 +345,7 @@ class Yarn:
         if pid:
             _wait_gone(pid, WARM_STOP_S)
         own_conf = (marker or {}).get("driver_conf")
-        if own_conf and own_conf != marker.get("conf_dir"):
+        if own_conf:
             shutil.rmtree(own_conf, ignore_errors=True)  # links and one file of tfyarn's
         return marker is not None
 
