@@ -696,13 +696,14 @@ def test_a_job_file_from_dry_run_runs_the_same_job_on_yarn(el_submit, apps, tmp_
     resources, seen from inside) and the same TF_CONFIG as the flags themselves ran."""
     flags = ["-t", "tensorflow-ps", "-pn", "1", "-pm", "768", "-wn", "2", "-wm", "1024",
              "-wc", "2", "-x", "True"]
-    # -x True stops the ps once the chief exits: the chief waits until the ps has printed
+    # -x True stops the ps and the worker once the chief exits: the chief waits until
+    # both have printed
     printed = tmp_path / "printed"
     printed.mkdir(mode=0o777)
     mark = f"{printed}/$TFYARN_JOB_ID"
     cmd = (f"{py(TF_CONFIG_SHAPE)} && touch {mark}.$TFYARN_TASK_TYPE && "
            f'if [ "$TFYARN_TASK_TYPE" = chief ]; then '
-           f"until [ -e {mark}.ps ]; do sleep 0.05; done; fi")
+           f"until [ -e {mark}.ps ] && [ -e {mark}.worker ]; do sleep 0.05; done; fi")
     direct, direct_id = el_submit(*flags, "-c", cmd, timeout=600)
     assert direct.returncode == 0, direct.stderr
     dry = subprocess.run([sys.executable, "-m", "tfyarn.cli", *flags, "--python", sys.executable,
