@@ -177,3 +177,24 @@ def test_restart_rules():
     for ending in (policy.Outcome("KILLED", "killed: test"),
                    policy.Outcome("FAILED", "the job ran past --timeout 5 s")):
         assert not policy.restart_after(SPEC, ending, 0)
+
+
+def test_yarn_words_captured_on_the_three_node_sandbox_are_classified():
+    """The `[YARN: ...]` exit messages el_submit printed on the 3-node sandbox (a node
+    SIGKILLed, a container preempted for the `urgent` queue) are retryable, and a lost
+    node is named."""
+    from conftest import REPO
+
+    fixtures = REPO / "tests" / "fixtures" / "hadoop-3.3.6-nodes"
+    words = {}
+    for name in ("el_submit-node-lost-no-restart", "el_submit-preempted-restarted"):
+        text = (fixtures / f"{name}.stderr").read_text()
+        words[name] = re.search(r"\[YARN: ([^\]]+)\]", text).group(1)
+    lost = policy.yarn_end(words["el_submit-node-lost-no-restart"], 256, "-wm", 1.0, "127.0.0.3")
+    assert policy.cause_of(lost) == policy.RETRYABLE
+    assert policy.describe_exit(Task("worker", 0), lost).startswith(
+        "worker:0 was lost with its node 127.0.0.3 [YARN: Container released on a *lost* node]")
+    preempted = policy.yarn_end(words["el_submit-preempted-restarted"], 256, "-wm", 1.0)
+    assert policy.cause_of(preempted) == policy.RETRYABLE
+    assert "was preempted by YARN [YARN: Container preempted by scheduler]" in \
+        policy.describe_exit(Task("worker", 0), preempted)

@@ -28,15 +28,18 @@ def props(path: Path) -> dict[str, str]:
 
 def sandbox_cmd(*args: str, env: dict[str, str] | None = None,
                 timeout: float = 600) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if k not in ("SANDBOX_PYTHON", "VIRTUAL_ENV")}
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("SANDBOX_PYTHON", "VIRTUAL_ENV", "SANDBOX_NODES")}
     return subprocess.run([str(SANDBOX), *args], capture_output=True, text=True,
                           timeout=timeout, env={**base, **(env or {})})
 
 
-def pid_file(sandbox: dict[str, str], daemon: str) -> Path:
-    conf = Path(sandbox["HADOOP_CONF_DIR"])
+def pid_file(sandbox: dict[str, str], daemon: str, node: int | None = None) -> Path:
+    """A daemon's pid file; a NodeManager's is in its node's dir (nodes/I/pids)."""
+    home = Path(sandbox["HADOOP_CONF_DIR"]).parent
+    home = home / "nodes" / str(node) if node else home
     user = os.environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name  # as the script does
-    return conf.parent / "pids" / f"hadoop-{user}-{daemon}.pid"
+    return home / "pids" / f"hadoop-{user}-{daemon}.pid"
 
 
 def test_config_is_well_formed_and_complete(tmp_path, sandbox):
@@ -58,6 +61,34 @@ def test_config_is_well_formed_and_complete(tmp_path, sandbox):
     assert f'export HADOOP_CONF_DIR="{conf}"' in printed
 
 
+def test_three_nodes_get_their_own_addresses_dirs_and_a_third_of_the_cluster(tmp_path, sandbox):
+    env = {"TFYARN_SANDBOX": str(tmp_path / "sb"), "SANDBOX_NODES": "3",
+           "SANDBOX_MEMORY_MB": "12288", "SANDBOX_VCORES": "12"}
+    conf = Path(sandbox_cmd("config", env=env).stdout.strip())
+    homes = [tmp_path / "sb" / "nodes" / str(i) for i in (1, 2, 3)]
+    for i, home in enumerate(homes, 1):
+        yarn = props(home / "conf" / "yarn-site.xml")
+        assert yarn["yarn.nodemanager.address"] == f"127.0.0.{i}:8041"
+        assert yarn["yarn.nodemanager.bind-host"] == f"127.0.0.{i}"
+        assert yarn["yarn.nodemanager.resource.memory-mb"] == "4096"
+        assert yarn["yarn.nodemanager.resource.cpu-vcores"] == "4"
+        assert yarn["yarn.nodemanager.local-dirs"] == f"{home}/nm-local"
+        assert f'HADOOP_PID_DIR="{home}/pids"' in (home / "conf" / "hadoop-env.sh").read_text()
+        assert (home / "conf" / "core-site.xml").resolve() == conf / "core-site.xml"
+    hosts = (conf / "hosts").read_text()
+    assert all(f"127.0.0.{i} 127.0.0.{i}" in hosts for i in (2, 3))
+    yarn = props(conf / "yarn-site.xml")
+    assert yarn["yarn.resourcemanager.recovery.enabled"] == "true"
+    assert int(yarn["yarn.nm.liveness-monitor.expiry-interval-ms"]) <= 30000
+    assert yarn["yarn.resourcemanager.scheduler.monitor.enable"] == "true"
+    cs = props(conf / "capacity-scheduler.xml")
+    assert cs["yarn.scheduler.capacity.root.queues"] == "default,urgent"
+    assert cs["yarn.scheduler.capacity.root.urgent.capacity"] == "50"
+    assert cs["yarn.scheduler.capacity.root.default.maximum-capacity"] == "100"
+    bad = sandbox_cmd("config", env={**env, "SANDBOX_NODES": "12"})
+    assert bad.returncode == 1 and "SANDBOX_NODES=12" in bad.stderr
+
+
 def test_a_second_start_says_already_running(sandbox):
     out = sandbox_cmd("start")
     assert out.returncode == 0, out.stderr
@@ -68,8 +99,11 @@ def test_a_second_start_says_already_running(sandbox):
 def test_the_gateway_commands_work_for_a_user_who_evals_the_env(sandbox):
     env = {**os.environ, **sandbox}
     nodes = subprocess.run(["yarn", "node", "-list"], env=env, capture_output=True, text=True)
-    assert re.search(r"^\s*127\.0\.0\.1:8041\s+RUNNING\s+127\.0\.0\.1:8042", nodes.stdout, re.M), \
-        nodes.stdout + nodes.stderr
+    count = int((Path(sandbox["HADOOP_CONF_DIR"]).parent / "nodes" / "count").read_text())
+    for i in range(1, count + 1):  # every node on its own address, named by it
+        assert re.search(rf"^\s*127\.0\.0\.{i}:8041\s+RUNNING\s+127\.0\.0\.{i}:8042",
+                         nodes.stdout, re.M), nodes.stdout + nodes.stderr
+    assert f"Total Nodes:{count}" in nodes.stdout
     ls = subprocess.run(["hdfs", "dfs", "-ls", "/"], env=env, capture_output=True, text=True)
     assert ls.returncode == 0 and " /tmp" in ls.stdout, ls.stderr
     report = subprocess.run(["hdfs", "dfsadmin", "-report"], env=env, capture_output=True,
@@ -80,19 +114,19 @@ def test_the_gateway_commands_work_for_a_user_who_evals_the_env(sandbox):
 
 
 def test_a_killed_nodemanager_is_restarted_by_start(sandbox):
-    pid = int(pid_file(sandbox, "nodemanager").read_text())
+    pid = int(pid_file(sandbox, "nodemanager", 1).read_text())
     pidfd = os.pidfd_open(pid)  # not our child: a pidfd turns readable when it has exited
     os.kill(pid, 9)
     assert select.select([pidfd], [], [], 60)[0], "the NodeManager outlived SIGKILL for 60 s"
     os.close(pidfd)
     status = sandbox_cmd("status")
-    assert status.returncode == 1 and "nodemanager: stopped" in status.stdout
+    assert status.returncode == 1 and "nodemanager1: stopped" in status.stdout
     out = sandbox_cmd("start")
     assert out.returncode == 0, out.stderr
-    assert "restarting the nodemanager" in out.stderr
-    assert int(pid_file(sandbox, "nodemanager").read_text()) != pid
+    assert "restarting the nodemanager1" in out.stderr
+    assert int(pid_file(sandbox, "nodemanager", 1).read_text()) != pid
     status = sandbox_cmd("status")
-    assert status.returncode == 0 and "node: RUNNING" in status.stdout, status.stdout
+    assert status.returncode == 0 and "node 1 127.0.0.1: RUNNING" in status.stdout, status.stdout
     # restarted without SANDBOX_PYTHON: containers still find the sandbox's python first
     yarn = props(Path(sandbox["HADOOP_CONF_DIR"]) / "yarn-site.xml")
     python_dir = os.path.dirname(os.path.abspath(sys.executable))

@@ -9,6 +9,7 @@ import sys
 import time
 
 import pytest
+from conftest import REPO
 
 from tfyarn.client import yarn
 from tfyarn.core.errors import EXIT_TFYARN
@@ -250,11 +251,70 @@ class StandInClient:
         pass
 
 
-def _rep(state, final="UNDEFINED", diagnostics=""):
+def _rep(state, final="UNDEFINED", diagnostics="", host="127.0.0.2"):
+    """skein's ApplicationReport: `host` is the ApplicationMaster's ("N/A" before it runs)."""
     from types import SimpleNamespace
 
     return SimpleNamespace(state=state, final_status=final, diagnostics=diagnostics,
-                           tracking_url="http://rm/proxy/app")
+                           tracking_url="http://rm/proxy/app",
+                           host=host if state == "RUNNING" else "N/A")
+
+
+NODES = REPO / "tests" / "fixtures" / "hadoop-3.3.6-nodes"  # captured on the 3-node sandbox
+
+
+def test_an_application_master_lost_with_its_node_is_named(monkeypatch):
+    """The RM's diagnostics after the AM's node was SIGKILLed (rm-app-am-node-lost.json)."""
+    from tfyarn.core.errors import JobFailed
+
+    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
+    diagnostics = json.loads((NODES / "rm-app-am-node-lost.json").read_text())["app"]["diagnostics"]
+    client = StandInClient([_rep("RUNNING", host="127.0.0.2"),
+                            _rep("FAILED", "FAILED", diagnostics)])
+    with pytest.raises(JobFailed) as failed:
+        yarn.Watcher(Yarn(client), "application_1_0006", _spec()).run()
+    text = str(failed.value)
+    assert "FAILED: the ApplicationMaster was lost with its node 127.0.0.2, and every task " \
+           "ended with it" in text
+    assert "resubmit the job [YARN: Application application_1795585834313_0001 failed 1 times" \
+        in text and "Container released on a *lost* node]" in text
+    assert "tfyarn logs application_1_0006" in text
+
+
+class AwayClient(StandInClient):
+    """A ResourceManager that restarts: the second report call hangs (as Hadoop's client
+    retries) until el_submit has said that it is away."""
+
+    def __init__(self, reports, said_away):
+        super().__init__(reports)
+        self.calls = 0
+        self.said_away = said_away
+
+    def application_report(self, app_id):
+        self.calls += 1
+        if self.calls == 2:
+            assert self.said_away.wait(30)
+        return super().application_report(app_id)
+
+
+def test_watcher_says_once_that_the_rm_is_away_and_once_that_it_is_back(monkeypatch):
+    import threading
+
+    said, away = [], threading.Event()
+
+    def record(text, *_a, **_k):
+        said.append(text)
+        if "does not answer" in text:
+            away.set()
+
+    monkeypatch.setattr(yarn, "say", record)
+    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
+    monkeypatch.setattr(yarn, "RM_AWAY_S", 0.05)
+    client = AwayClient([_rep("RUNNING"), _rep("RUNNING"), _rep("RUNNING"),
+                         _rep("FINISHED", "SUCCEEDED")], away)
+    assert yarn.Watcher(Yarn(client), "application_1_0007", _spec()).run() == 0
+    assert len([s for s in said if "the ResourceManager does not answer" in s]) == 1, said
+    assert len([s for s in said if "the ResourceManager answers again" in s]) == 1, said
 
 
 def test_watcher_survives_an_am_that_dies_right_after_running(monkeypatch, capsys):
@@ -659,3 +719,26 @@ def test_frames_of_real_yarn_logs_output():
     assert len(chief.data) == chief.length
     assert b"line 24 from chief:0\n" in chief.data and b"End of LogType" not in chief.data
     assert ("000001", "application.master.log") in found
+
+
+def test_an_application_the_rm_forgot_after_a_restart_is_said_as_such(monkeypatch):
+    """An RM restarted without recovery answers as for any unknown id (skein's error as
+    captured from the sandbox's RM): after reports of the app, el_submit says it was lost."""
+    from tfyarn.core.errors import JobFailed
+
+    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
+    captured = (NODES / "skein-application_report-unknown-app.txt").read_text()
+    unknown = ValueError(captured.split(": ", 1)[1].strip())
+    client = StandInClient([_rep("RUNNING"), _rep("RUNNING"), unknown])
+    with pytest.raises(JobFailed) as lost:
+        yarn.Watcher(Yarn(client), "application_1795585834313_0999", _spec()).run()
+    text = str(lost.value)
+    assert text.startswith("application_1795585834313_0999 is gone: the ResourceManager "
+                           "restarted and lost the application (no application "
+                           "application_1795585834313_0999: Unknown ApplicationId"), text
+    assert "yarn.resourcemanager.recovery.enabled" in text and "Resubmit the job" in text
+    # an id never seen is still plain bad input, not a lost application
+    client = StandInClient([unknown])
+    with pytest.raises(Exception) as never:
+        yarn.Watcher(Yarn(client), "application_1795585834313_0999", _spec()).run()
+    assert "is gone" not in str(never.value) and "Unknown ApplicationId" in str(never.value)

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -31,7 +32,7 @@ from tfyarn.core.errors import (
     TfYarnError,
 )
 from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.policy import Outcome, attempt_tables, elapsed_words, restart_words
+from tfyarn.core.policy import Outcome, am_end, attempt_tables, elapsed_words, restart_words
 from tfyarn.core.progress import Progress
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
@@ -40,10 +41,18 @@ from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_END_POL
 from tfyarn.hdfs import siteconf
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.protocol.skeinlink import NO_HADOOP, Puts, Yarn, keeping_log, warm_driver
+from tfyarn.protocol.skeinlink import (
+    NO_HADOOP,
+    Puts,
+    Yarn,
+    YarnUnreachable,
+    keeping_log,
+    warm_driver,
+)
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 REPORT_RETRIES = 5  # consecutive failed report calls before the watcher gives up
+RM_AWAY_S = 10.0  # a report call unanswered this long: the ResourceManager is said to be away
 KILL_GRACE_S = 3.0  # `tfyarn kill`: the tasks' stop grace (the job's own is not known here)
 
 
@@ -214,25 +223,87 @@ def stop_application(client: Yarn, app_id: str, reason: str, escalation: common.
     return "KILLED"
 
 
+class _Call:
+    """One call on a daemon thread of its own, waited for with a timeout: a ResourceManager
+    that restarts makes Hadoop's client retry for up to 15 minutes
+    (`yarn.resourcemanager.connect.max-wait.ms`), and el_submit must say so meanwhile.
+    A daemon thread, not an executor: exit never waits for a call that still hangs."""
+
+    def __init__(self, fn: Any, *args: Any) -> None:
+        self.done = threading.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        threading.Thread(target=self._run, args=(fn, *args), daemon=True,
+                         name="tfyarn-report").start()
+
+    def _run(self, fn: Any, *args: Any) -> None:
+        try:
+            self.result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            self.error = exc
+        finally:
+            self.done.set()
+
+    def get(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
 @dataclass
 class Reports:
-    """The application's reports, tolerating a few failed calls in a row."""
+    """The application's reports, tolerating a few failed calls in a row and a
+    ResourceManager that is away for a while (said once when it goes, once when it is
+    back); an application the ResourceManager forgot after a restart is said as such."""
 
     client: Yarn
     app_id: str
     failures: int = 0
+    call: _Call | None = None
+    away_since: float | None = None
+    seen: bool = False
 
     def next(self) -> Any:
-        """The report, or None after a passing failure; gives up after a few in a row."""
+        """The report, or None after a passing failure or while the ResourceManager does
+        not answer; gives up after a few failures in a row."""
+        if self.call is None:
+            self.call = _Call(self.client.report, self.app_id)
+        if not self.call.done.wait(YARN_POLL_S if self.away_since else RM_AWAY_S):
+            self._away()
+            return None
+        call, self.call = self.call, None
         try:
-            rep = self.client.report(self.app_id)
-        except TfYarnError:
+            rep = call.get()
+        except YarnUnreachable:
             self.failures += 1
             if self.failures >= REPORT_RETRIES:
                 raise
             return None
-        self.failures = 0
+        except TfYarnError as exc:  # the ResourceManager does not know the application
+            if self.seen:
+                raise JobFailed(rm_lost(self.app_id, str(exc))) from None
+            raise
+        self.failures, self.seen = 0, True
+        if self.away_since is not None:
+            say(f"the ResourceManager answers again (after "
+                f"{elapsed_words(time.monotonic() - self.away_since)})")
+            self.away_since = None
         return rep
+
+    def _away(self) -> None:
+        if self.away_since is None:
+            self.away_since = time.monotonic() - RM_AWAY_S
+            say(f"the ResourceManager does not answer (for {RM_AWAY_S:g} s: restarting, or "
+                "unreachable); the job's containers run on, and el_submit waits for it")
+
+
+def rm_lost(app_id: str, why: str) -> str:
+    """An application the ResourceManager no longer knows, though it reported it before:
+    the ResourceManager restarted without recovery, and ended the application with it."""
+    return (f"{app_id} is gone: the ResourceManager restarted and lost the application "
+            f"({why.split(' (list them')[0]}); with no recovery "
+            "(yarn.resourcemanager.recovery.enabled) a restart ends every running "
+            f"application. Resubmit the job; ask the cluster's admins to enable recovery")
 
 
 @dataclass
@@ -308,6 +379,7 @@ class Watcher:
     follow: bool = False
     state: str = ""
     tracking_shown: bool = False
+    am_host: str = ""  # where the ApplicationMaster ran, for a failure that took it away
     store: kvmod.SkeinKV | None = None
     status_puts: Puts | None = None  # the store's STATUS, subscribed to once
     begun: float = field(default_factory=time.monotonic)
@@ -371,6 +443,8 @@ class Watcher:
         if state != self.state:
             self.state = state
             say(f"{self.app_id}: {state}")
+        if state == "RUNNING" and rep.host and rep.host != "N/A":
+            self.am_host = str(rep.host)
         if rep.tracking_url and not self.tracking_shown:
             self.tracking_shown = True
             say(f"tracking URL: {rep.tracking_url}")
@@ -411,6 +485,7 @@ class Watcher:
             say(f"{self.app_id} SUCCEEDED in {elapsed_words(time.monotonic() - self.begun)}")
             return 0
         if outcome is None:
+            diagnostics = am_end(diagnostics or "", self.am_host) or diagnostics
             raise JobFailed(f"{self.app_id} {state}: {(diagnostics or 'no diagnostics').strip()}"
                             f"\n{next_steps(self.app_id)}", STATE_EXIT[state])
         raise common.failed(outcome, self.app_id, state, next_steps(self.app_id, outcome.task))

@@ -139,9 +139,11 @@ YARN_ENDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
 )
 
 
-def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float) -> dict:
+def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
+             node: str = "") -> dict:
     """The record of a task whose container YARN ended before its launcher reported,
-    from skein's exit message: a memory kill says which flag to raise."""
+    from skein's exit message: a memory kill says which flag to raise, a lost node is
+    named (`node`: the container's host, where YARN said it)."""
     low = message.lower()
     cause, phrase = RETRYABLE, f"was lost: its container ended ({message.strip()})"
     for words, kind, how in YARN_ENDS:
@@ -151,8 +153,27 @@ def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float) -
     if phrase == "memory":
         phrase = (f"container killed for exceeding its memory: raise {memory_flag} "
                   f"(now {memory_mb} MB)")
+    if node:
+        phrase = phrase.replace("its node", f"its node {node}")
     return {"code": None, "lost": True, "yarn": message.strip(), "cause": cause,
             "reason": f"{phrase} [YARN: {cut_line(message.strip())}]", "time": wall_time}
+
+
+def am_end(diagnostics: str, am_host: str = "") -> str | None:
+    """How the job ended when YARN ended its ApplicationMaster's container (its node
+    lost, decommissioned or preempted): the driver went with it, so no task outcome was
+    written and YARN's application diagnostics are all there is. None for other ends."""
+    if "AM Container for" not in diagnostics:
+        return None
+    low = diagnostics.lower()
+    how = next((how for words, _, how in YARN_ENDS[1:4] if any(w in low for w in words)), None)
+    if how is None:
+        return None
+    where = f" {am_host}" if am_host else ""
+    yarn = " ".join(diagnostics.split("For more detailed output")[0].split())
+    return (f"the ApplicationMaster {how.replace('its node', f'its node{where}')}, and every "
+            "task ended with it (--max-restarts restarts tasks, not the ApplicationMaster): "
+            f"resubmit the job [YARN: {cut_line(yarn)}]")
 
 
 def cause_of(rec: Mapping) -> str:

@@ -139,7 +139,8 @@ def allreduce_env(rank: Rank, master: str, rendezvous: str | None) -> dict[str, 
             HOROVOD_RANK=str(rank.rank), HOROVOD_SIZE=str(rank.size),
             HOROVOD_LOCAL_RANK=str(rank.local_rank), HOROVOD_LOCAL_SIZE=str(rank.local_size),
             HOROVOD_CROSS_RANK=str(rank.cross_rank), HOROVOD_CROSS_SIZE=str(rank.cross_size))
-        if rank.host in ("127.0.0.1", "localhost"):  # local mode: gloo's peers are on lo
+        if rank.host.startswith("127.") or rank.host == "localhost":  # local mode, or
+            # the sandbox's nodes (127.0.0.i): gloo's peers are on lo
             env["HOROVOD_GLOO_IFACE"] = "lo"
     return env
 

@@ -124,8 +124,9 @@ class SkeinGang(Gang):
             poll.finished.update(container.tasks)
             if str(c.state) == "FAILED":
                 flag = "-pm" if container.tasks[0].type == "ps" else "-wm"
+                node = (c.yarn_node_http_address or "").rsplit(":", 1)[0]
                 rec = yarn_end(c.exit_message or "", container.resources.memory_mb, flag,
-                               time.time())
+                               time.time(), node)
                 for task in container.tasks:
                     poll.ends.setdefault(task, rec)
         return poll

@@ -1,0 +1,307 @@
+"""tfyarn on a cluster like the users' (#26): several nodes, two queues with preemption,
+nodes that die or are decommissioned, a ResourceManager that restarts.
+
+These need the sandbox with 3 or more nodes (`SANDBOX_NODES=3 scripts/yarn-sandbox start`;
+CI's shape): a node is killed as a machine dies (`scripts/yarn-sandbox kill-node I`:
+its NodeManager and every process of its containers SIGKILLed at once), and every test
+leaves the cluster whole again (the `whole_cluster` fixture restarts what it took away).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import REPO, final_state, node_processes, wait_until, yarn_cli, yarn_site
+
+pytestmark = pytest.mark.yarn
+SANDBOX = REPO / "scripts" / "yarn-sandbox"
+RM = "http://127.0.0.1:8088/ws/v1/cluster"
+LOST = re.escape("[YARN: Container released on a *lost* node]")  # Hadoop 3.3.6's words
+# Each attempt-0 task says where it runs (a file in the job's shared checkpoint dir: the
+# sandbox's nodes share one disk, as a cluster shares HDFS) and waits to be ended; a later
+# attempt reads that "checkpoint" back and exits 0.
+RESUMABLE = """import os, pathlib, sys, time
+ckpt = pathlib.Path(sys.argv[1]); task = os.environ["TFYARN_TASK_INDEX"]
+attempt = os.environ["TFYARN_ATTEMPT"]
+if attempt == "0":
+    (ckpt / f"w{task}.tmp").write_text(os.environ["NM_HOST"])
+    os.rename(ckpt / f"w{task}.tmp", ckpt / f"w{task}")
+    time.sleep(600)
+print(f"attempt {attempt} on {os.environ['NM_HOST']} resumed from "
+      f"{sorted(p.name for p in ckpt.iterdir())}", flush=True)
+"""
+
+
+def get(path: str) -> dict:
+    with urllib.request.urlopen(f"{RM}/{path}", timeout=10) as resp:
+        return json.load(resp)
+
+
+def running_nodes() -> list[str]:
+    nodes = get("nodes").get("nodes") or {}
+    return sorted(n["nodeHostName"] for n in nodes.get("node", []) if n["state"] == "RUNNING")
+
+
+def sandbox_nodes() -> dict[str, int]:
+    """Node address -> the sandbox's node index (kill-node's argument)."""
+    out = subprocess.run([str(SANDBOX), "nodes"], capture_output=True, text=True, check=True)
+    return {line.split()[1]: int(line.split()[0]) for line in out.stdout.splitlines()}
+
+
+@pytest.fixture(autouse=True)
+def three_nodes():
+    if "127.0.0.1" not in yarn_site("yarn.resourcemanager.hostname", "") or \
+            len(running_nodes()) < 3 or len(sandbox_nodes()) < 3:
+        pytest.skip("needs the sandbox with 3 nodes: SANDBOX_NODES=3 scripts/yarn-sandbox start")
+
+
+@pytest.fixture
+def whole_cluster():
+    """Whatever a test took away (a node killed or decommissioned) is back afterwards."""
+    yield
+    exclude = Path(yarn_site("yarn.resourcemanager.nodes.exclude-path", ""))
+    if exclude.is_file() and exclude.read_text().strip():
+        exclude.write_text("")
+        yarn_cli("rmadmin", "-refreshNodes")
+    out = subprocess.run([str(SANDBOX), "start"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    wait_until(lambda: len(running_nodes()) >= len(sandbox_nodes()), 120, "every node RUNNING")
+
+
+def submit(tmp_path: Path, apps: list[str], *args: str) -> tuple[subprocess.Popen, str]:
+    cmd = [sys.executable, "-m", "tfyarn.cli", *args[:args.index("-c")],
+           "--python", sys.executable, *args[args.index("-c"):]]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    app_id = proc.stdout.readline().strip()
+    assert app_id.startswith("application_"), proc.communicate(timeout=60)
+    apps.append(app_id)
+    return proc, app_id
+
+
+def resumable(tmp_path: Path, n: int, memory_mb: int, *extra: str) -> tuple[list[str], Path]:
+    """A -t tensorflow-worker job of n RESUMABLE tasks, and its checkpoint dir."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (tmp_path / "resumable.py").write_text(RESUMABLE)
+    return ["-t", "tensorflow-worker", "-wn", str(n), "-wm", str(memory_mb), "-f", "./",
+            *extra, "-c", f"python resumable.py {ckpt}"], ckpt
+
+
+def am_host(app_id: str) -> str:
+    attempts = get(f"apps/{app_id}/appattempts")["appAttempts"]["appAttempt"]
+    return attempts[-1]["nodeHttpAddress"].rsplit(":", 1)[0]
+
+
+def placed(ckpt: Path, n: int) -> dict[str, str]:
+    """Task index -> node, once every attempt-0 task runs."""
+    wait_until(lambda: len([p for p in ckpt.iterdir() if not p.name.endswith(".tmp")]) >= n,
+               300, f"{n} tasks running")
+    return {p.name[1:]: p.read_text() for p in ckpt.iterdir() if not p.name.endswith(".tmp")}
+
+
+def worker_node_without_the_am(app_id: str, where: dict[str, str]) -> tuple[str, str]:
+    """A node that holds a task but not the ApplicationMaster, and one task on it."""
+    am = am_host(app_id)
+    task, node = next((t, h) for t, h in sorted(where.items()) if h != am)
+    return node, f"worker:{task}"
+
+
+def kill_node(node: str) -> float:
+    out = subprocess.run([str(SANDBOX), "kill-node", str(sandbox_nodes()[node])],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return time.monotonic()
+
+
+def resumed_on(app_id: str) -> list[str]:
+    """The nodes where attempt 1's tasks read the checkpoint (YARN's aggregated logs)."""
+    return re.findall(r"^attempt 1 on (\S+) resumed from \['w0', 'w1', 'w2'\]",
+                      yarn_cli("logs", "-applicationId", app_id), re.M)
+
+
+def expiry_s() -> float:
+    return int(yarn_site("yarn.nm.liveness-monitor.expiry-interval-ms", "600000")) / 1000
+
+
+def test_ranks_over_three_hosts_are_grouped_by_host_and_allreduce(tmp_path, apps):
+    """6 torch ranks, 2 a container, one container a node (2.5 GB of a node's 4 GB)."""
+    (tmp_path / "ranks.py").write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "dist.init_process_group('gloo', init_method='env://')\n"
+        "v = torch.tensor([float(dist.get_rank() + 1)]); dist.all_reduce(v)\n"
+        "e = os.environ\n"
+        "print('RANK', e['RANK'], e['LOCAL_RANK'], e['GROUP_RANK'], e['NM_HOST'],"
+        " e['MASTER_ADDR'], int(v.item()), flush=True)\n"
+        "dist.destroy_process_group()\n")
+    proc, app_id = submit(tmp_path, apps, "-t", "pytorch", "-wn", "3", "-ppn", "2", "-wm",
+                          "2500", "-f", "./", "-interact", "True", "-c", "python ranks.py")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    rows = [line.split()[2:] for line in err.splitlines() if "] RANK " in line]
+    assert len(rows) == 6, err
+    by_host: dict[str, list[tuple[int, int, int]]] = {}
+    for rank, local, group, host, master, total in rows:
+        assert int(total) == 21, rows  # 1 + 2 + ... + 6 on every rank
+        by_host.setdefault(host, []).append((int(rank), int(local), int(group)))
+        assert master == next(r for r in rows if r[0] == "0")[3]  # rank 0's own node
+    assert len(by_host) == 3, by_host  # the nodes' own addresses, one container each
+    assert sorted(group for ranks in by_host.values() for group in {g for _, _, g in ranks}) \
+        == [0, 1, 2]
+    for ranks in by_host.values():
+        assert sorted(local for _, local, _ in ranks) == [0, 1]
+        assert len({g for _, _, g in ranks}) == 1  # one cross rank per host
+
+
+def test_tf_config_addresses_are_the_nodes_own(tmp_path, apps):
+    code = ("import json, os; t = json.loads(os.environ['TF_CONFIG'])['task']; "
+            "print('ADDR', os.environ['NM_HOST'], json.loads(os.environ['TF_CONFIG'])"
+            "['cluster'][t['type']][t['index']], flush=True)")
+    proc, _ = submit(tmp_path, apps, "-t", "tensorflow-worker", "-wn", "3", "-wm", "2500",
+                     "-interact", "True", "-c", f"python -c \"{code}\"")
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    rows = [line.split()[2:] for line in err.splitlines() if "] ADDR " in line]
+    assert len(rows) == 3 and len({host for host, _ in rows}) == 3, err
+    for host, addr in rows:
+        assert addr.rsplit(":", 1)[0] == host, rows
+
+
+def test_a_lost_node_restarts_the_gang_on_the_survivors(tmp_path, apps, whole_cluster):
+    """3 tasks of 1.5 GB fit on the 2 nodes left (with the AM); attempt 2 resumes."""
+    args, ckpt = resumable(tmp_path, 3, 1500, "--max-restarts", "1")
+    proc, app_id = submit(tmp_path, apps, *args)
+    node, task = worker_node_without_the_am(app_id, placed(ckpt, 3))
+    killed = kill_node(node)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert re.search(rf"attempt 2/2: restarting after worker:\d was lost with its node "
+                     rf"{re.escape(node)} {LOST}", err), err
+    assert task in err
+    wait_until(lambda: len(resumed_on(app_id)) == 3, 120, "the 3 tasks' aggregated logs")
+    assert node not in resumed_on(app_id)
+    assert final_state(app_id) == "FINISHED/SUCCEEDED"
+    assert time.monotonic() - killed < expiry_s() + 120
+    wait_until(lambda: not node_processes(app_id), 60, "no process of the app")
+
+
+def test_a_lost_node_without_restarts_fails_naming_task_and_node(tmp_path, apps, whole_cluster):
+    args, ckpt = resumable(tmp_path, 3, 1500)
+    proc, app_id = submit(tmp_path, apps, *args)
+    node, _ = worker_node_without_the_am(app_id, placed(ckpt, 3))
+    killed = kill_node(node)
+    _, err = proc.communicate(timeout=600)
+    took = time.monotonic() - killed
+    assert proc.returncode == 1, err
+    assert re.search(rf"Error: {app_id} FAILED: worker:\d was lost with its node "
+                     rf"{re.escape(node)} {LOST}", err), err
+    assert took < expiry_s() + 30, took
+    wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
+
+
+def test_the_application_masters_node_lost_fails_naming_it(tmp_path, apps, whole_cluster):
+    """YARN ends the application (skein's AM runs one attempt): FAILED, never a hang."""
+    args, ckpt = resumable(tmp_path, 2, 1500, "--max-restarts", "1")
+    proc, app_id = submit(tmp_path, apps, *args)
+    placed(ckpt, 2)
+    node = am_host(app_id)
+    killed = kill_node(node)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    assert f"Error: {app_id} FAILED: the ApplicationMaster was lost with its node {node}, " \
+           "and every task ended with it" in err, err
+    assert "resubmit the job" in err
+    assert time.monotonic() - killed < expiry_s() + 60
+    assert final_state(app_id) == "FINISHED/FAILED" or final_state(app_id) == "FAILED/FAILED"
+    wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
+
+
+def test_preemption_restarts_the_gang_after_the_urgent_job(tmp_path, apps):
+    """A fills the cluster from `default` (one 3 GB task a node); B in `urgent` is owed
+    half of it and preempts A; A restarts as a gang once B is done, and succeeds."""
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir(), b_dir.mkdir()
+    args, ckpt = resumable(a_dir, 3, 3000, "--queue", "default", "--max-restarts", "2")
+    a, a_id = submit(a_dir, apps, *args)
+    placed(ckpt, 3)
+    b, b_id = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1500",
+                     "--queue", "urgent", "-c", "python -c 'print(\"B done\")'")
+    _, b_err = b.communicate(timeout=600)
+    assert b.returncode == 0, b_err
+    _, a_err = a.communicate(timeout=600)
+    assert a.returncode == 0, a_err
+    assert re.search(r"attempt 2/3: restarting after worker:\d was preempted by YARN "
+                     r"\[YARN: Container preempted by scheduler\]", a_err), a_err
+    status = subprocess.run([sys.executable, "-m", "tfyarn", "status", a_id, "--tasks"],
+                            capture_output=True, text=True)
+    assert "attempt 1: FAILED" in status.stdout and "attempt 2: SUCCEEDED" in status.stdout, \
+        status.stdout + status.stderr
+    b_end = get(f"apps/{b_id}")["app"]["finishedTime"]
+    assert get(f"apps/{a_id}")["app"]["finishedTime"] > b_end
+    assert get(f"apps/{a_id}")["app"]["queue"] == "default"
+    assert get(f"apps/{b_id}")["app"]["queue"] == "urgent"
+
+
+def test_a_gracefully_decommissioned_node_restarts_the_gang(tmp_path, apps, whole_cluster):
+    """`yarn rmadmin -refreshNodes -g 5 -server`: the node takes no new containers; its
+    running ones are ended after the 5 s timeout, as on a lost node, and the gang
+    restarts on the other nodes."""
+    args, ckpt = resumable(tmp_path, 3, 1500, "--max-restarts", "1")
+    proc, app_id = submit(tmp_path, apps, *args)
+    node, _ = worker_node_without_the_am(app_id, placed(ckpt, 3))
+    Path(yarn_site("yarn.resourcemanager.nodes.exclude-path", "")).write_text(node + "\n")
+    out = yarn_cli("rmadmin", "-refreshNodes", "-g", "5", "-server")
+    assert "Exception" not in out, out
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert re.search(rf"attempt 2/2: restarting after worker:\d was lost with its node "
+                     rf"{re.escape(node)} \[YARN: ", err), err
+    states = {n["nodeHostName"]: n["state"] for n in get("nodes?states=DECOMMISSIONED")
+              .get("nodes", {}).get("node", [])}
+    assert states.get(node) == "DECOMMISSIONED", states
+    assert final_state(app_id) == "FINISHED/SUCCEEDED"
+
+
+def test_a_resourcemanager_restart_mid_job_is_ridden_through(tmp_path, apps, whole_cluster):
+    """Work-preserving recovery: the RM stopped for 15 s and started again; the job goes
+    on and succeeds, and el_submit says once that the RM is away and once that it is back."""
+    args, ckpt = resumable(tmp_path, 2, 1000)
+    (tmp_path / "resumable.py").write_text(RESUMABLE.replace("time.sleep(600)",
+                                                             "time.sleep(45)"))
+    proc, app_id = submit(tmp_path, apps, *args)
+    placed(ckpt, 2)
+    conf = os.environ["HADOOP_CONF_DIR"]
+    subprocess.run(["yarn", "--config", conf, "--daemon", "stop", "resourcemanager"], check=True)
+    time.sleep(15)  # the RM's absence itself, not a synchronisation
+    subprocess.run(["yarn", "--config", conf, "--daemon", "start", "resourcemanager"], check=True)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert err.count("the ResourceManager does not answer") == 1, err
+    assert err.count("the ResourceManager answers again") == 1, err
+    assert f"{app_id} SUCCEEDED" in err
+    assert final_state(app_id) == "FINISHED/SUCCEEDED"
+
+
+def test_preemption_without_restarts_fails_saying_preempted(tmp_path, apps):
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir(), b_dir.mkdir()
+    args, ckpt = resumable(a_dir, 3, 3000, "--queue", "default")
+    a, a_id = submit(a_dir, apps, *args)
+    placed(ckpt, 3)
+    b, _ = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1500",
+                  "--queue", "urgent", "-c", "true")
+    _, a_err = a.communicate(timeout=600)
+    assert a.returncode == 1, a_err
+    assert re.search(rf"Error: {a_id} FAILED: worker:\d was preempted by YARN "
+                     r"\[YARN: Container preempted by scheduler\]", a_err), a_err
+    _, b_err = b.communicate(timeout=600)
+    assert b.returncode == 0, b_err
+    wait_until(lambda: not node_processes(a_id), 60, "no process of A")
