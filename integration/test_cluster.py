@@ -224,16 +224,23 @@ def test_the_application_masters_node_lost_fails_naming_it(tmp_path, apps, whole
     wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
 
 
-def test_preemption_restarts_the_gang_after_the_urgent_job(tmp_path, apps):
-    """A fills the cluster from `default` (one 3 GB task a node); B in `urgent` is owed
-    half of it and preempts A; A restarts as a gang once B is done, and succeeds."""
+def contend(tmp_path: Path, apps: list[str], *a_args: str):
+    """Job A fills the cluster from `default` (one 3 GB task a node, the AM beside one);
+    once it runs, job B asks for its share in `urgent`. Both running el_submits."""
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
     a_dir.mkdir(), b_dir.mkdir()
-    args, ckpt = resumable(a_dir, 3, 3000, "--queue", "default", "--max-restarts", "2")
+    args, ckpt = resumable(a_dir, 3, 3000, "--queue", "default", *a_args)
     a, a_id = submit(a_dir, apps, *args)
     placed(ckpt, 3)
     b, b_id = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1500",
-                     "--queue", "urgent", "-c", "python -c 'print(\"B done\")'")
+                     "--queue", "urgent", "-c", "true")
+    return a, a_id, b, b_id
+
+
+def test_preemption_restarts_the_gang_after_the_urgent_job(tmp_path, apps):
+    """A fills the cluster from `default` (one 3 GB task a node); B in `urgent` is owed
+    half of it and preempts A; A restarts as a gang once B is done, and succeeds."""
+    a, a_id, b, b_id = contend(tmp_path, apps, "--max-restarts", "2")
     _, b_err = b.communicate(timeout=600)
     assert b.returncode == 0, b_err
     _, a_err = a.communicate(timeout=600)
@@ -291,13 +298,7 @@ def test_a_resourcemanager_restart_mid_job_is_ridden_through(tmp_path, apps, who
 
 
 def test_preemption_without_restarts_fails_saying_preempted(tmp_path, apps):
-    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
-    a_dir.mkdir(), b_dir.mkdir()
-    args, ckpt = resumable(a_dir, 3, 3000, "--queue", "default")
-    a, a_id = submit(a_dir, apps, *args)
-    placed(ckpt, 3)
-    b, _ = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1500",
-                  "--queue", "urgent", "-c", "true")
+    a, a_id, b, _ = contend(tmp_path, apps)
     _, a_err = a.communicate(timeout=600)
     assert a.returncode == 1, a_err
     assert re.search(rf"Error: {a_id} FAILED: worker:\d was preempted by YARN "
