@@ -112,7 +112,9 @@ class FakeApp:
     def get_containers(self, states=None):
         from types import SimpleNamespace
 
-        return [SimpleNamespace(id=i, state=s, exit_message=m)
+        # as skein's Container: the node's web address is there in every state
+        return [SimpleNamespace(id=i, state=s, exit_message=m,
+                                yarn_node_http_address="127.0.0.2:8042")
                 for i, (s, m) in self.containers.items() if states is None or s in states]
 
     def add_container(self, service, env=None):
