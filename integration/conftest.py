@@ -70,10 +70,20 @@ def final_state(app_id: str) -> str:
     return f"{state and state.group(1)}/{final and final.group(1)}"
 
 
+def aggregation_done(app_id: str) -> bool:
+    """Every node has aggregated the app's logs (or given up): on several nodes each
+    NodeManager uploads its own, so a first non-empty answer may lack some."""
+    text = yarn_cli("application", "-status", app_id)
+    status = re.search(r"^\s*Log Aggregation Status : (\S+)", text, re.M)
+    return status is None or status.group(1) in ("SUCCEEDED", "FAILED", "TIME_OUT", "DISABLED")
+
+
 def aggregated_logs(app_id: str, task: str | None = None, wait_s: float = 90) -> str:
-    """tfyarn logs, retried while log aggregation catches up."""
+    """tfyarn logs, once YARN says aggregation is done; retried while it catches up."""
     cmd = [sys.executable, "-m", "tfyarn", "logs", app_id] + (["--task", task] if task else [])
     deadline = time.monotonic() + wait_s
+    while not aggregation_done(app_id) and time.monotonic() < deadline:
+        time.sleep(2)
     while True:
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode == 0 and out.stdout.strip() and "is running" not in out.stdout:
