@@ -19,7 +19,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import REPO, final_state, node_processes, wait_until, yarn_cli, yarn_site
+from conftest import (
+    REPO,
+    aggregation_done,
+    final_state,
+    node_processes,
+    wait_until,
+    yarn_cli,
+    yarn_site,
+)
 
 pytestmark = pytest.mark.yarn
 SANDBOX = REPO / "scripts" / "yarn-sandbox"
@@ -123,7 +131,9 @@ def kill_node(node: str) -> float:
 
 
 def resumed_on(app_id: str) -> list[str]:
-    """The nodes where attempt 1's tasks read the checkpoint (YARN's aggregated logs)."""
+    """The nodes where attempt 1's tasks read the checkpoint (YARN's aggregated logs,
+    once every node uploaded its part)."""
+    wait_until(lambda: aggregation_done(app_id), 90, "log aggregation done")
     return re.findall(r"^attempt 1 on (\S+) resumed from \['w0', 'w1', 'w2'\]",
                       yarn_cli("logs", "-applicationId", app_id), re.M)
 
@@ -255,6 +265,33 @@ def test_preemption_restarts_the_gang_after_the_urgent_job(tmp_path, apps):
     assert get(f"apps/{a_id}")["app"]["finishedTime"] > b_end
     assert get(f"apps/{a_id}")["app"]["queue"] == "default"
     assert get(f"apps/{b_id}")["app"]["queue"] == "urgent"
+
+
+def test_two_jobs_contending_for_the_cluster_neither_starves(tmp_path, apps):
+    """A (3 x 3 GB, a node each) is preempted for B (`urgent`, 3 x 1.5 GB, within its
+    guaranteed half, running 30 s). A asks for its new gang only after a backoff, so B
+    gets what it is owed first; A's new gang is then given part of its containers while
+    B runs, and gives them back after --gang-patience rather than sit on them (no
+    restart spent), asks again, completes after B and resumes from its checkpoint."""
+    patience = ("--gang-patience", "10", "-wait_time", "5")
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir(), b_dir.mkdir()
+    args, ckpt = resumable(a_dir, 3, 3000, "--queue", "default", "--max-restarts", "2",
+                           *patience)
+    a, a_id = submit(a_dir, apps, *args)
+    placed(ckpt, 3)
+    b, b_id = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "3", "-wm", "1500",
+                     "--queue", "urgent", *patience, "-c", "sleep 30")
+    _, b_err = b.communicate(timeout=600)
+    _, a_err = a.communicate(timeout=600)
+    assert b.returncode == 0, b_err
+    assert a.returncode == 0, a_err
+    assert "attempt 2/3: restarting after" in a_err and "attempt 3/3" not in a_err, a_err
+    assert re.search(r"waiting for resources: the gang was given [12] of 3 containers and "
+                     r"nothing more for \d+ s \(another job or queue holds the rest\): giving "
+                     r"them back; asking again in \d+ s \(no restart spent\)", a_err), a_err
+    assert get(f"apps/{a_id}")["app"]["finishedTime"] > get(f"apps/{b_id}")["app"]["finishedTime"]
+    assert len(resumed_on(a_id)) == 3  # every task of A's last gang read the checkpoint
 
 
 def test_a_gracefully_decommissioned_node_restarts_the_gang(tmp_path, apps, whole_cluster):

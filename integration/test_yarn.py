@@ -287,7 +287,7 @@ def test_the_drivers_feed_is_skeins_put_events(el_submit):
                 if x.startswith("FEED "))
     seen = json.loads(line[5:])
     assert "probe/old" in seen["first"] and "tasks" in seen["first"]  # top-level: the driver's
-    assert not any(k.startswith("attempt/") for k in seen["first"])
+    assert not any(k.startswith("gang/") for k in seen["first"])
     assert {"probe/new", "toplevel"} <= set(seen["got"])
     assert "elsewhere/x" not in seen["got"] and "probe/old" not in seen["got"]
 

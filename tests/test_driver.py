@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 from conftest import real_memory_kill_message
@@ -67,7 +68,7 @@ def test_registration_deadline_lists_missing_tasks(tmp_path):
     assert out.message.split("min: ")[1].startswith("chief:0, worker:0 (")
     assert Outcome.from_json(store.get(kvmod.STATUS)) == out
     assert gang.get(kvmod.STOP) and gang.get(kvmod.CLUSTER) is None
-    assert kvmod.current_attempt(store) == 0  # a deadline is never restarted
+    assert kvmod.wanted(store).attempt == 0  # a deadline is never restarted
 
 
 def test_publishes_cluster_then_honours_kill(tmp_path):
@@ -88,7 +89,7 @@ def test_publishes_cluster_then_honours_kill(tmp_path):
     thread.join(timeout=10)
     assert result["out"].state == "KILLED" and "test" in result["out"].message
     assert set(result["out"].tasks) == {"worker:0", "worker:1"}
-    assert kvmod.current_attempt(store) == 0  # a kill is never restarted
+    assert kvmod.wanted(store).attempt == 0  # a kill is never restarted
 
 
 def test_timeout_fails_the_job(tmp_path):
@@ -164,11 +165,15 @@ def test_yarn_memory_kill_is_told_and_never_retried(tmp_path):
     assert "container killed for exceeding its memory: raise -wm (now 1024 MB)" in out.message
     assert "physical memory used" in out.message  # YARN's own words follow
     assert "exceeding its memory" in out.tasks["worker:1"]["reason"]  # the table says it too
-    assert app.added == [] and kvmod.current_attempt(store) == 0
+    assert app.added == [] and kvmod.wanted(store).attempt == 0
 
 
-def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path):
-    spec, store, app, thread, result = _yarn_job(tmp_path)
+def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path, capsys):
+    """A preempted gang restarts, asking for its new containers after a backoff (the
+    queue owed them gets them first), never early."""
+    from tfyarn.core.jobspec import YarnOptions
+
+    spec, store, app, thread, result = _yarn_job(tmp_path, yarn=YarnOptions(gang_patience_s=2))
     app.containers["worker-0_0"] = ["FAILED", "Container preempted by scheduler"]
     gang = kvmod.Scoped(store, 0)
     gang.wait(kvmod.STOP, timeout=5)
@@ -179,8 +184,8 @@ def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path):
         new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
     assert json.loads(new.wait(kvmod.CLUSTER, timeout=30)) == {
         "worker": ["127.0.0.1:2000", "127.0.0.1:2001"]}
-    assert [(c, e) for c, e in app.added] == [("worker-0_1", {"TFYARN_ATTEMPT": "1"}),
-                                              ("worker-1_1", {"TFYARN_ATTEMPT": "1"})]
+    told = {"TFYARN_ATTEMPT": "1", "TFYARN_GANG": "1"}
+    assert [(c, e) for c, e in app.added] == [("worker-0_1", told), ("worker-1_1", told)]
     for t in spec.tasks():
         new.put(kvmod.exit_key(t), json.dumps(ex(0)))
     thread.join(timeout=30)
@@ -188,6 +193,96 @@ def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path):
     assert out.state == "SUCCEEDED" and out.attempt == 1
     assert out.attempts[0]["message"].startswith("worker:0 was preempted by YARN")
     assert out.attempts[0]["tasks"]["worker:0"]["lost"]
+    assert "YARN preempted the gang: asking for attempt 2's containers in" in \
+        capsys.readouterr().err
+
+
+def _partial_gang(tmp_path, waiting, register=True, **kw):
+    """A YARN job whose worker-1 container is in skein state `waiting` (REQUESTED: YARN
+    has not given it) while worker-0 runs (and registered); gang patience 1 s."""
+    from tfyarn.core.jobspec import YarnOptions
+    from tfyarn.protocol.skeinlink import App
+    from tfyarn.runtime.gang import SkeinGang
+
+    spec = job("tensorflow-worker", heartbeat_timeout_s=60,
+               yarn=YarnOptions(gang_patience_s=1.0), **kw)
+    store = kvmod.DirKV(str(tmp_path))
+    app = FakeApp(spec)
+    app.containers["worker-1_0"] = waiting
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(
+        out=run(spec, store, gang=SkeinGang(store, App(app), spec))))
+    thread.start()
+    if register:
+        kvmod.Scoped(store, 0).put(kvmod.addr_key(Task("worker", 0)), "127.0.0.1:1000")
+    return spec, store, app, thread, result
+
+
+def _run_gang(store, spec, gang_no, thread):
+    gang = kvmod.Scoped(store, gang_no)
+    for t in spec.tasks():
+        gang.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
+    assert gang.wait(kvmod.CLUSTER, timeout=30)
+    for t in spec.tasks():
+        gang.put(kvmod.exit_key(t), json.dumps(ex(0)))
+    thread.join(timeout=30)
+
+
+def test_yarn_a_partial_gang_gives_its_containers_back_and_asks_again(tmp_path, capsys):
+    """Given one of two containers and nothing more for the patience, the gang gives
+    back what it holds (killed, the open ask too), waits and asks again: a new gang of
+    the same attempt, so no restart is spent (--max-restarts 0)."""
+    spec, store, app, thread, result = _partial_gang(tmp_path, ["REQUESTED", ""])
+    stop = kvmod.Scoped(store, 0).wait(kvmod.STOP, timeout=10)  # its launcher is told why
+    assert stop is not None and stop.endswith("giving them back"), stop
+    kvmod.Scoped(store, 0).put(kvmod.exit_key(Task("worker", 0)), json.dumps(ex(-15, stopped=True)))
+    while not app.added:  # the driver's own clock: patience 1 s, backoff 0.25-0.5 s
+        assert thread.is_alive()
+        thread.join(timeout=0.1)
+    assert sorted(app.killed) == ["worker-0_0", "worker-1_0"]
+    told = {"TFYARN_ATTEMPT": "0", "TFYARN_GANG": "1"}
+    assert [(c, e) for c, e in app.added] == [("worker-0_1", told), ("worker-1_1", told)]
+    assert kvmod.wanted(store) == (0, 1, [])
+    _run_gang(store, spec, 1, thread)
+    out = result["out"]
+    assert out.state == "SUCCEEDED" and out.attempt == 0 and out.attempts == ()
+    err = capsys.readouterr().err
+    assert re.search(r"the gang was given 1 of 2 containers and nothing more for \d s \(another "
+                     r"job or queue holds the rest\): giving them back; asking again in 0 s "
+                     r"\(no restart spent\)", err), err
+
+
+def test_yarn_a_container_preempted_before_the_gang_ran_costs_no_restart(tmp_path):
+    """YARN took worker-1's container back before the cluster spec was out: no user code
+    ran, so the gang is asked for again without spending a restart."""
+    spec, store, app, thread, result = _partial_gang(
+        tmp_path, ["FAILED", "Container preempted by scheduler"])
+    while not app.added:
+        assert thread.is_alive()
+        thread.join(timeout=0.1)
+    assert kvmod.wanted(store) == (0, 1, [])
+    _run_gang(store, spec, 1, thread)
+    out = result["out"]
+    assert out.state == "SUCCEEDED" and out.attempt == 0 and out.attempts == ()
+
+
+def test_yarn_wait_time_counts_across_gangs_given_back(tmp_path):
+    """A gang that never gets all its containers gives back again and again; -wait_time
+    still ends it, counted from the attempt's start, and says what happened."""
+    spec, store, app, thread, result = _partial_gang(tmp_path, ["REQUESTED", ""], False,
+                                                     register_timeout_s=4.0)
+    for _ in range(100):
+        for cid, state in app.containers.items():  # every new gang is given worker-0 only
+            if cid.startswith("worker-1_") and state[0] == "RUNNING":
+                state[0] = "REQUESTED"
+        thread.join(timeout=0.1)
+    assert not thread.is_alive()
+    out = result["out"]
+    assert out.state == "FAILED" and out.attempt == 0
+    assert out.message.startswith("tasks never registered within -wait_time")
+    assert "the gang was given only part of its containers and gave them back" in out.message
+    assert len(app.added) >= 2  # gang 1 at least; gang 0 given back, killed:
+    assert app.containers["worker-0_0"][0] == app.containers["worker-1_0"][0] == "KILLED"
 
 
 def test_yarn_a_settled_failure_asks_for_the_next_gang_before_stopping_the_old(tmp_path):
@@ -200,7 +295,7 @@ def test_yarn_a_settled_failure_asks_for_the_next_gang_before_stopping_the_old(t
     gang.put(kvmod.exit_key(Task("worker", 1)), json.dumps(ex(-9)))
     assert gang.wait(kvmod.STOP, timeout=5)
     assert [c for c, _ in app.added] == ["worker-0_1", "worker-1_1"]  # worker:0 still runs
-    assert kvmod.current_attempt(store) == 0  # not announced until the old gang stopped
+    assert kvmod.wanted(store).attempt == 0  # not announced until the old gang stopped
     gang.put(kvmod.exit_key(Task("worker", 0)), json.dumps(ex(-15, stopped=True)))
     new = kvmod.Scoped(store, 1)
     for t in spec.tasks():

@@ -167,7 +167,7 @@ def test_task_exiting_1_after_its_launcher_died_is_never_a_success(tmp_path):
     wait_for(lambda: len(running(job, "until [ -e")) >= 2, what="chief and worker waiting")
     os.kill(launcher_pid(job, "worker:0"), signal.SIGKILL)
     (go / "worker").touch()
-    lost = "attempt/0/lost/worker%3A0"
+    lost = "gang/0/lost/worker%3A0"
     wait_for(lambda: any(tmp_path.glob(f"tfyarn-{job}-*/kv/{lost}")), what="worker:0 lost")
     (go / "chief").touch()
     _, err = proc.communicate(timeout=60)

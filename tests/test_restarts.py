@@ -72,7 +72,7 @@ def test_a_new_attempt_sees_nothing_of_the_old_one(el_submit, tmp_path):
     seen = tmp_path / "seen"
     seen.mkdir()
     # each step waits for the store's record of the one before (the job dir's kv/)
-    until = 'until [ -e "$(dirname "$TFYARN_CHECKPOINT_DIR")/kv/attempt/{}/exit/' \
+    until = 'until [ -e "$(dirname "$TFYARN_CHECKPOINT_DIR")/kv/gang/{}/exit/' \
             'worker%3A{}" ]; do sleep 0.05; done'
     cmd = (f'echo "$TF_CONFIG" > {seen}/$TFYARN_ATTEMPT-$TFYARN_TASK_INDEX; '
            'case "$TFYARN_ATTEMPT-$TFYARN_TASK_INDEX" in '

@@ -31,13 +31,13 @@ def test_a_waiter_sleeps_on_the_bell_until_the_ringer_puts(tmp_path):
     ringer = kvmod.DirKV(str(tmp_path), ringer=True)
     waiter = kvmod.DirKV(str(tmp_path))
     got: list[str | None] = []
-    thread = threading.Thread(target=lambda: got.append(waiter.wait("attempt/0/cluster",
+    thread = threading.Thread(target=lambda: got.append(waiter.wait("gang/0/cluster",
                                                                     timeout=60)))
     thread.start()
     try:
         _until(lambda: len(ringer.bell.listeners) == 1, "the waiter listening on the bell")
         ringer.put("phase", "registering")  # another key: a ring, no answer yet
-        ringer.put("attempt/0/cluster", '{"worker": ["h:1"]}')
+        ringer.put("gang/0/cluster", '{"worker": ["h:1"]}')
         thread.join(timeout=60)
         assert got == ['{"worker": ["h:1"]}']
     finally:
@@ -48,9 +48,9 @@ def test_a_waiter_without_a_bell_polls_and_still_gets_the_value(tmp_path):
     writer = kvmod.DirKV(str(tmp_path))  # no ringer: as before the driver's bell is up
     got: list[str | None] = []
     thread = threading.Thread(target=lambda: got.append(kvmod.DirKV(str(tmp_path)).wait(
-        "attempt/0/stop", timeout=60)))
+        "gang/0/stop", timeout=60)))
     thread.start()
-    writer.put("attempt/0/stop", "bye")
+    writer.put("gang/0/stop", "bye")
     thread.join(timeout=60)
     assert got == ["bye"]
 
@@ -74,29 +74,29 @@ def test_the_feed_gives_what_is_there_then_only_what_changed(tmp_path):
     keys put since, by inotify (a heartbeat dir it does not follow never shows)."""
     driver = kvmod.DirKV(str(tmp_path), watcher=True)
     launcher = kvmod.DirKV(str(tmp_path))
-    launcher.put("attempt/0/addr/worker:0", "h:1")
-    feed = driver.feed(["", "attempt/0/addr", "attempt/0/exit"])
+    launcher.put("gang/0/addr/worker:0", "h:1")
+    feed = driver.feed(["", "gang/0/addr", "gang/0/exit"])
     assert isinstance(feed, kvmod.DirFeed)
-    assert feed.next(5) == {"attempt/0/addr/worker:0": "h:1"}
-    launcher.put("attempt/0/beat/worker:0", "1")
-    launcher.put("attempt/0/addr/worker:1", "h:2")
+    assert feed.next(5) == {"gang/0/addr/worker:0": "h:1"}
+    launcher.put("gang/0/beat/worker:0", "1")
+    launcher.put("gang/0/addr/worker:1", "h:2")
     launcher.put("kill", "ctrl-c")
     changed: dict[str, str] = {}
     while len(changed) < 2:
         changed.update(feed.next(30))
-    assert changed == {"attempt/0/addr/worker:1": "h:2", "kill": "ctrl-c"}
+    assert changed == {"gang/0/addr/worker:1": "h:2", "kill": "ctrl-c"}
     assert feed.next(0.05) == {}  # nothing more: the beat was never followed
 
 
 def test_scan_reads_nested_keys_and_skips_temp_files(tmp_path):
     store = kvmod.DirKV(str(tmp_path))
-    store.put("attempt/0/exit/worker:1", "{}")
-    store.put("attempt/0/cluster", "{}")
+    store.put("gang/0/exit/worker:1", "{}")
+    store.put("gang/0/cluster", "{}")
     store.put("tasks", "[]")
-    (tmp_path / "attempt" / "0" / "exit" / ".worker%3A2.1.1.tmp").write_text("half")
-    assert store.scan("attempt/0/") == {"attempt/0/exit/worker:1": "{}",
-                                        "attempt/0/cluster": "{}"}
-    assert store.scan("attempt/0/exit/") == {"attempt/0/exit/worker:1": "{}"}
+    (tmp_path / "gang" / "0" / "exit" / ".worker%3A2.1.1.tmp").write_text("half")
+    assert store.scan("gang/0/") == {"gang/0/exit/worker:1": "{}",
+                                   "gang/0/cluster": "{}"}
+    assert store.scan("gang/0/exit/") == {"gang/0/exit/worker:1": "{}"}
     assert kvmod.Scoped(store, 0).scan("exit/") == {"exit/worker:1": "{}"}
 
 

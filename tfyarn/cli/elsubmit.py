@@ -177,6 +177,7 @@ class ElSubmitArgs:
     heartbeat_timeout: str | None = None
     max_restarts: str | None = None
     restart_on: str | None = None
+    gang_patience: str | None = None
     checkpoint_dir: str | None = None
     tensorboard_linger: str | None = None
     tags: tuple[str, ...] = ()
@@ -282,6 +283,7 @@ def _check_texts(a: ElSubmitArgs) -> None:
     for flag, value in (("--timeout", a.timeout), ("-wait_time", a.wait_time),
                         ("--heartbeat-timeout", a.heartbeat_timeout),
                         ("--max-restarts", a.max_restarts),
+                        ("--gang-patience", a.gang_patience),
                         ("--tensorboard-linger", a.tensorboard_linger)):
         if value is not None and not value.strip():
             raise SpecError(f"{flag}: empty value; give a number or leave {flag} out")
@@ -354,5 +356,8 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
             am_vcores=parse_int("--am-vcores", a.am_vcores, 1, minimum=1, maximum=MAX["vcores"]),
             tags=tuple(a.tags),
             max_upload_mb=None if a.force else 1024,
+            gang_patience_s=float(parse_int("--gang-patience", a.gang_patience,
+                                            int(timing.GANG_PATIENCE_S), minimum=1,
+                                            maximum=MAX["patience_s"])),
         ),
     )

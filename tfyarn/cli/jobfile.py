@@ -78,6 +78,7 @@ def args_of(spec: JobSpec) -> ElSubmitArgs:
         am_memory=str(spec.yarn.am_memory_mb), am_vcores=str(spec.yarn.am_vcores),
         heartbeat_timeout=_whole(spec.heartbeat_timeout_s),
         max_restarts=str(spec.max_restarts), restart_on=spec.restart_on,
+        gang_patience=_whole(spec.yarn.gang_patience_s),
         checkpoint_dir=spec.checkpoint_dir,
         tensorboard_linger=(_whole(spec.tensorboard_linger_s / 60)
                             if spec.tensorboard_dir is not None else None),

@@ -69,6 +69,9 @@ EXT_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
      "application up to N times (default 0)"),
     ("--restart-on", "restart_on", "WHICH", "retryable (signals, preemption, lost nodes or "
      "launchers, exit codes 128-255; default) | any (every task failure)"),
+    ("--gang-patience", "gang_patience", "SECONDS", "YARN: a job given only part of its "
+     "containers for this long gives them back, waits and asks again, so two jobs never "
+     "hold each other's share (default 60)"),
     ("--tensorboard-linger", "tensorboard_linger", "MIN", "keep TensorBoard up this many minutes "
      "after the job ends (default 0)"),
     ("--checkpoint-dir", "checkpoint_dir", "DIR", "TFYARN_CHECKPOINT_DIR for every task (default: "

@@ -115,7 +115,8 @@ def task_script(spec: JobSpec, container: Container, staged: Staged) -> str:
     return ("set -u\n" + HADOOP_ENV + runtime_setup(spec) + link_contents(staged.link_contents)
             + check_python(py, container.name)
             + f"exec {shlex.quote(py)} -m tfyarn.runtime.launcher --job {JOB_FILE} "
-              f'--tasks {tasks} --gpus auto --kv skein: --attempt "${{TFYARN_ATTEMPT:-0}}"\n')
+              f'--tasks {tasks} --gpus auto --kv skein: --attempt "${{TFYARN_ATTEMPT:-0}}" '
+              '--gang "${TFYARN_GANG:-0}"\n')
 
 
 TENSORBOARD_SERVICE = "tensorboard"

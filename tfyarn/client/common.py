@@ -43,6 +43,7 @@ class News:
 
     spec: JobSpec
     attempt: int = 0
+    gang: int = 0
     page_said: bool = False
     tensorboard_said: bool = False
 
@@ -67,8 +68,8 @@ class News:
 
     def restart(self, store: kvmod.KV) -> tuple[int, str] | None:
         """A new attempt the driver started since the last call, and how the previous
-        one ended (once per attempt)."""
-        attempt, earlier = kvmod.attempts(store)
+        one ended (once per attempt); `gang` follows the gang now wanted."""
+        attempt, self.gang, earlier = kvmod.wanted(store)
         if attempt <= self.attempt:
             return None
         self.attempt = attempt

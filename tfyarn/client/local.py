@@ -258,7 +258,8 @@ class Procs:
     launchers: dict[Container, Process] = field(default_factory=dict)
     forks: proc.ForkServer | None = None  # every gang's launchers
     ended: set[int] = field(default_factory=set)  # launchers whose end was handled
-    attempt: int = 0  # the gang `launchers` belong to
+    gang: int = 0  # the gang `launchers` belong to
+    attempt: int = 0  # ... and its attempt (locally always the same number)
     tensorboard: subprocess.Popen | None = None  # the side task, with -enable_tensorboard
 
     def all(self) -> list[Process]:
@@ -357,7 +358,7 @@ def check_tensorboard(spec: JobSpec, env: Mapping[str, str]) -> None:
 
 def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
                     gpus: dict[str, str]) -> None:
-    """One launcher per container for the attempt in `procs.attempt`, forked by the
+    """One launcher per container for the gang in `procs.gang`, forked by the
     job's fork server (all asked for at once; none waits for another's start); stops
     asking as soon as a signal came. A one-task container's lines are prefixed `[task] `
     here; a launcher of several prefixes each process's lines itself. A restarted
@@ -373,14 +374,15 @@ def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts
         log = jd.log_path(c.name)
         procs.launchers[c] = forks.spawn(
             ["--job", jd.job_json, "--tasks", tasks, "--kv", jd.kv_url, "--gpus",
-             gpus[c.name], "--attempt", str(procs.attempt), "--no-watchdog", *docker],
+             gpus[c.name], "--attempt", str(procs.attempt), "--gang", str(procs.gang),
+             "--no-watchdog", *docker],
             jd.task_dir(c), log, name="tfyarn-launcher")
         procs.show(log, f"[{c.tasks[0]}] " if len(c.tasks) == 1 else "")
     for child in procs.launchers.values():
         child.started()
 
 
-def end_launchers(launchers: Mapping[Container, Process], job_id: str, attempt: int,
+def end_launchers(launchers: Mapping[Container, Process], job_id: str, gang: int,
                   timeout: float) -> None:
     """An earlier gang's launchers: they exit by themselves once they reported; one that
     did not in time is killed with its group, and what its tree left with it."""
@@ -389,15 +391,15 @@ def end_launchers(launchers: Mapping[Container, Process], job_id: str, attempt: 
     kill_groups(left.values())
     for container, p in left.items():
         p.wait()
-        end_leftovers(job_id, container, attempt)
+        end_leftovers(job_id, container, gang)
 
 
-def end_leftovers(job_id: str, container: Container, attempt: int) -> None:
+def end_leftovers(job_id: str, container: Container, gang: int) -> None:
     """What the launcher of `container` started and left running when it died or was
     killed (a daemon that left its group): locally no watchdog forks to do it."""
     from tfyarn.runtime.launcher import TAG_VAR, container_tag  # rarely needed: its import
 
-    tag = container_tag(job_id, container.tasks[0], attempt)
+    tag = container_tag(job_id, container.tasks[0], gang)
     proc.kill_rounds(lambda: proc.tagged(TAG_VAR, f"{tag}.", prefix=True))
 
 
@@ -578,12 +580,12 @@ class LocalJob:
             if escalation.asked_at is None and self._next_attempt(procs, store, relaunch):
                 wake.add(list(procs.launchers.values()))
             self.news.read(store)
-            report_dead_launchers(procs, kvmod.Scoped(store, procs.attempt), self.job_id,
+            report_dead_launchers(procs, kvmod.Scoped(store, procs.gang), self.job_id,
                                   wake.wait(CLIENT_TICK_S))
         if procs.driver is not None and store.get(kvmod.STATUS) is None:
             say(f"the driver ended without a final status ({describe_rc(procs.driver)}); "
                 "stopping every task")
-            kvmod.Scoped(store, procs.attempt).put(kvmod.STOP, "the driver died")
+            kvmod.Scoped(store, procs.gang).put(kvmod.STOP, "the driver died")
 
     def _must_force(self, store: kvmod.KV, escalation: common.Escalation) -> str | None:
         """The first signal asks the driver for an orderly stop; why every task must be
@@ -606,11 +608,11 @@ class LocalJob:
                       relaunch: Callable[[], None]) -> bool:
         """The driver restarts the gang (its log, on the terminal, says why): end the old
         launchers, start new ones. Whether it did."""
-        attempt = kvmod.current_attempt(store)
-        if attempt <= procs.attempt:
+        attempt, gang, _ = kvmod.wanted(store)
+        if gang <= procs.gang:
             return False
-        end_launchers(procs.launchers, self.job_id, procs.attempt, RESTART_EXIT_WAIT_S)
-        procs.attempt = attempt
+        end_launchers(procs.launchers, self.job_id, procs.gang, RESTART_EXIT_WAIT_S)
+        procs.gang, procs.attempt = gang, attempt
         relaunch()
         return True
 
@@ -661,7 +663,7 @@ class LocalJob:
 def reported(procs: Procs) -> list[Process]:
     """Launchers that published their exit record, so are about to exit by themselves;
     the others (frozen, or never told) are killed without waiting."""
-    store = kvmod.Scoped(kvmod.open_kv(procs.jd.kv_url), procs.attempt)
+    store = kvmod.Scoped(kvmod.open_kv(procs.jd.kv_url), procs.gang)
     return [p for c, p in procs.launchers.items()
             if all(store.get(kvmod.exit_key(t)) is not None for t in c.tasks)]
 
@@ -684,7 +686,7 @@ def report_dead_launchers(procs: Procs, store: kvmod.KV, job_id: str,
             continue
         procs.ended.add(p.pid)
         if p.returncode != 0:
-            end_leftovers(job_id, container, procs.attempt)
+            end_leftovers(job_id, container, procs.gang)
         for task in container.tasks:
             if store.get(kvmod.exit_key(task)) is None and store.get(kvmod.lost_key(task)) is None:
                 store.put(kvmod.lost_key(task), json.dumps({

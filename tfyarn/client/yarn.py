@@ -316,6 +316,8 @@ class StoreView:
     follow: bool = False
     news: common.News = field(init=False)
     registered: int = -1
+    gang: int = 0
+    said: set[str] = field(default_factory=set)  # phases told (a restart's is one)
     phase: str | None = None
     started: set[Task] = field(default_factory=set)
     outcome: Outcome | None = None
@@ -326,10 +328,12 @@ class StoreView:
         self.news = common.News(self.spec)
 
     def read(self, store: kvmod.SkeinKV) -> None:
-        if (restart := self.news.restart(store)) is not None:
-            say(restart_words(self.spec, *restart))
-            self.registered, self.started = -1, set()
-        snap = taskstate.read(kvmod.Scoped(store, self.news.attempt))
+        if (restart := self.news.restart(store)) is not None \
+                and (words := restart_words(self.spec, *restart)) not in self.said:
+            say(words)  # unless the driver's phase said it already
+        if self.news.gang != self.gang:  # a restart, or a gang given back and asked again
+            self.gang, self.registered, self.started = self.news.gang, -1, set()
+        snap = taskstate.read(kvmod.Scoped(store, self.news.gang))
         self._registered(len(snap.addrs))
         self._phase(store.get(kvmod.PHASE))
         self.news.read(store)
@@ -350,6 +354,7 @@ class StoreView:
     def _phase(self, phase: str | None) -> None:
         if phase and phase != self.phase:
             self.phase = phase
+            self.said.add(phase)
             say({"running": "training", "stopping": "finishing"}.get(phase, phase))
 
     def _follow(self, store: kvmod.SkeinKV, final: bool) -> None:

@@ -40,6 +40,7 @@ MAX = {
     "per_container": 64,  # -ppn, -wnpg
     "restarts": 100,  # --max-restarts
     "linger_minutes": 24 * 60,  # --tensorboard-linger
+    "patience_s": 24 * 3600,  # --gang-patience
 }
 RESTART_ON = ("retryable", "any")  # --restart-on
 
@@ -135,6 +136,11 @@ class YarnOptions:
     am_vcores: int = 1
     tags: tuple[str, ...] = ()
     max_upload_mb: int | None = 1024  # None: --force, no limit
+    gang_patience_s: float = timing.GANG_PATIENCE_S  # --gang-patience
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gang_patience_s <= MAX["patience_s"]:
+            raise SpecError(f"--gang-patience must be 1..{MAX['patience_s']} seconds")
 
 
 @dataclass(frozen=True)

@@ -137,6 +137,7 @@ YARN_ENDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("failed during execution",), RETRYABLE,
      "was killed: its container's process died before reporting (kill -9, OOM killer)"),
 )
+TAKEN_BACK = YARN_ENDS[1:5]  # the cluster took the container back: nothing of the task's doing
 
 
 def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
@@ -146,17 +147,17 @@ def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
     named (`node`: the container's host, where YARN said it)."""
     low = message.lower()
     cause, phrase = RETRYABLE, f"was lost: its container ended ({message.strip()})"
-    for words, kind, how in YARN_ENDS:
-        if any(w in low for w in words):
-            cause, phrase = kind, how
-            break
+    found = next((end for end in YARN_ENDS if any(w in low for w in end[0])), None)
+    if found is not None:
+        _, cause, phrase = found
     if phrase == "memory":
         phrase = (f"container killed for exceeding its memory: raise {memory_flag} "
                   f"(now {memory_mb} MB)")
     if node:
         phrase = phrase.replace("its node", f"its node {node}")
     return {"code": None, "lost": True, "yarn": message.strip(), "cause": cause,
-            "reason": f"{phrase} [YARN: {cut_line(message.strip())}]", "time": wall_time}
+            "taken": found in TAKEN_BACK, "reason": f"{phrase} [YARN: {cut_line(message.strip())}]",
+            "time": wall_time}
 
 
 def am_end(diagnostics: str, am_host: str = "") -> str | None:
@@ -279,6 +280,57 @@ def final_message(spec: JobSpec, outcome: Outcome, earlier: Sequence[Mapping]) -
         before = "; ".join(f"attempt {a['attempt'] + 1}: {a['message']}" for a in earlier)
         msg += f" [attempt {outcome.attempt + 1}/{spec.attempts}; earlier: {before}]"
     return msg
+
+
+# ---------------------------------------------------------------- gangs that wait
+
+REGROUP = "regroup"  # Outcome.cause of a gang given back before it ran: no restart spent
+
+
+@dataclass(frozen=True)
+class GangWait:
+    """What YARN has given a gang that is not complete: containers held (allocated),
+    containers asked for and not given, and seconds since the last one was given."""
+
+    held: int
+    asked: int
+    idle_s: float
+
+
+def patience_s(base_s: float, preempted: bool, jitter: float) -> float:
+    """How long a partial gang waits for the rest before giving back what it holds.
+    A job YARN preempted knows another queue is owed what it holds, so it gives back
+    first (half the patience); `jitter` (0.8-1.2, random) keeps two jobs from giving
+    back in step."""
+    return base_s * (0.5 if preempted else 1.0) * jitter
+
+
+def give_back(wait: GangWait | None, patience: float) -> Outcome | None:
+    """A gang holding part of its containers, given nothing more for `patience`
+    seconds, gives them back: two jobs each holding part of what the other needs (or a
+    queue owed its share, but no more than its share) would otherwise wait for ever."""
+    if wait is None or not wait.held or not wait.asked or wait.idle_s < patience:
+        return None
+    total = wait.held + wait.asked
+    return Outcome("FAILED", f"the gang was given {wait.held} of {plural(total, 'container')} "
+                   f"and nothing more for {wait.idle_s:.0f} s (another job or queue holds the "
+                   "rest): giving them back", cause=REGROUP)
+
+
+def regroups(outcome: Outcome, rec: Mapping | None, published: bool) -> bool:
+    """Whether a gang that ended with `outcome` is asked for again without spending a
+    restart: it gave its containers back, or YARN took one back (preempted, node lost
+    or decommissioned, disk) before the cluster spec was out, so no user code ran."""
+    if outcome.cause == REGROUP:
+        return True
+    return not published and rec is not None and bool(rec.get("taken"))
+
+
+def backoff_s(base_s: float, given_back: int, jitter: float) -> float:
+    """How long a gang that gave its containers back waits before asking again: half
+    the patience, doubling with each give-back up to twice it (the job that keeps
+    giving back leaves the cluster to the one that runs); `jitter` 0.5-1.0."""
+    return min(base_s * 2.0 ** (given_back - 2), 2.0 * base_s) * jitter
 
 
 # ---------------------------------------------------------------- liveness

@@ -10,6 +10,8 @@ from __future__ import annotations
 STOP_GRACE_S = 3.0  # SIGTERM -> SIGKILL for a task's processes (MWMS workers ignore SIGTERM)
 HEARTBEAT_TIMEOUT_S = 30.0  # a launcher silent this long is "lost": dead, frozen or cut off
 REGISTER_TIMEOUT_MIN = 10  # el_submit's -wait_time default
+GANG_PATIENCE_S = 60.0  # YARN: a gang given part of its containers and nothing more for
+# this long gives them back, so that another job's gang can complete (--gang-patience)
 
 # --- launcher
 HEARTBEAT_MAX_S = 5.0  # launcher -> store, at most this far apart (each beat of hundreds of

@@ -4,9 +4,11 @@ Two stores, same keys, same code path: a directory of files (local mode) and ske
 key-value store (YARN). Values are UTF-8 strings, usually JSON.
 
 Job keys (STATUS, PHASE, CLIENT, ACK, KILL, ATTEMPT) live at the top. Everything one gang
-of launchers writes or reads (CLUSTER, STOP, RANKS, task/...) lives under its attempt's
-prefix (`attempt/<k>/`, see `Scoped`), so a restarted gang never reads an address, an exit
-or a stop request of an earlier one.
+of launchers writes or reads (CLUSTER, STOP, RANKS, task/...) lives under its gang's
+prefix (`gang/<g>/`, see `Scoped`), so a new gang never reads an address, an exit or a
+stop request of an earlier one. Gangs are numbered 0, 1, ... per job: a restart starts a
+new attempt with a new gang; on YARN a gang that gave its containers back before it ran
+is followed by a new gang of the same attempt.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import DIR_FEED_POLL_S, DIR_POLL_MAX_S, DIR_POLL_S, SKEIN_POLL_S
@@ -34,14 +37,15 @@ CLIENT = "client"  # put by a watching el_submit; the driver then waits for its 
 ACK = "status_ack"  # the client has read STATUS; the AM (and its store) may go
 KILL = "kill"  # reason text; put by a client (Ctrl-C, `tfyarn kill`) to ask the driver to stop
 RANKS = "ranks"  # allreduce jobs: rank table, master and rendezvous, put just before CLUSTER
-ATTEMPT = "attempts"  # JSON {"attempt": k, "attempts": [earlier outcomes]}: the gang now wanted
+ATTEMPT = "attempts"  # JSON {"attempt": k, "gang": g, "attempts": [earlier outcomes]}: the
+# gang now wanted, and the attempt it belongs to
 TENSORBOARD = "tensorboard"  # JSON {"url": ...} once it answers, or {"error": ...}
 PAGE = "page"  # the job page's URL (on YARN: proxied through the ResourceManager)
 TENSORBOARD_DONE = "tensorboard_done"  # put by the TensorBoard side task when it ended
 TASKS = "tasks"  # JSON list of every task of the job, put by the driver first
 
 
-# One attempt's task keys, a dir per kind (`addr/worker:1`): whoever waits on one kind is
+# One gang's task keys, a dir per kind (`addr/worker:1`): whoever waits on one kind is
 # not woken by another's writes (a heartbeat never wakes the driver).
 TASK_KINDS = ("addr", "started", "beat", "exit", "lost")
 EVENT_KINDS = ("addr", "started", "exit", "lost")  # what the driver acts on at once
@@ -159,7 +163,7 @@ class PollFeed(Feed):
 
 
 class DirKV(KV):
-    """A directory of files, one per key, in dirs along the key's path (`attempt/0/addr/
+    """A directory of files, one per key, in dirs along the key's path (`gang/0/addr/
     worker%3A1`); a put writes a hidden temp file and renames it in, so readers never
     see halves.
 
@@ -326,7 +330,7 @@ class DirKV(KV):
         return listener
 
     def feed(self, dirs: Sequence[str]) -> Feed:
-        """Through this store's one inotify descriptor (every attempt's feed shares it:
+        """Through this store's one inotify descriptor (every gang's feed shares it:
         the kernel allows few), else by polling."""
         if self.watcher and self._watch is None:
             self._watch = inotify.Watcher.open()
@@ -373,7 +377,7 @@ class DirFeed(Feed):
 
     def _all(self) -> dict[str, str]:
         """Every key in the followed dirs: each dir listed on its own (a scan of "" would
-        walk the whole store, every attempt's keys)."""
+        walk the whole store, every gang's keys)."""
         out = {}
         for folder, d in self.dirs.items():
             try:
@@ -427,7 +431,7 @@ class SkeinFeed(Feed):
     """A SkeinKV's changes as skein's put events: a subscription per followed dir, so
     only their keys wake the follower (not heartbeats), and nothing is rescanned."""
 
-    TOP = (("", "attempt/"), ("attempt0", None))  # every key outside attempt/*/ ("0" > "/")
+    TOP = (("", "gang/"), ("gang0", None))  # every key outside gang/*/ ("0" > "/")
 
     def __init__(self, store: SkeinKV, dirs: Sequence[str]) -> None:
         self.store, self.dirs = store, list(dirs)
@@ -463,11 +467,11 @@ def _prefix_range(d: str) -> tuple[str, str]:
 
 
 class Scoped(KV):
-    """One attempt's view of a store: every key under `attempt/<k>/`."""
+    """One gang's view of a store: every key under `gang/<g>/`."""
 
-    def __init__(self, store: KV, attempt: int) -> None:
-        self.store, self.attempt = store, attempt
-        self.prefix = f"attempt/{attempt}/"
+    def __init__(self, store: KV, gang: int) -> None:
+        self.store, self.gang = store, gang
+        self.prefix = f"gang/{gang}/"
         self.poll_s = store.poll_s
 
     def put(self, key: str, value: str) -> None:
@@ -498,18 +502,22 @@ class Scoped(KV):
         return {k[n:]: v for k, v in self.store.beats(self.prefix + prefix).items()}
 
 
-def attempts(store: KV) -> tuple[int, list[dict]]:
-    """The attempt the driver last started (0 before any restart) and how each earlier
-    one ended (state, message, task, cause, task table)."""
+class Wanted(NamedTuple):
+    """The gang the driver last started, its attempt (0 before any restart; locally
+    always the gang's number), and how each earlier attempt ended (state, message,
+    task, cause, task table)."""
+
+    attempt: int
+    gang: int
+    earlier: list[dict]
+
+
+def wanted(store: KV) -> Wanted:
     raw = store.get(ATTEMPT)
     if raw is None:
-        return 0, []
-    wanted = json.loads(raw)
-    return int(wanted["attempt"]), list(wanted["attempts"])
-
-
-def current_attempt(store: KV) -> int:
-    return attempts(store)[0]
+        return Wanted(0, 0, [])
+    d = json.loads(raw)
+    return Wanted(int(d["attempt"]), int(d.get("gang", d["attempt"])), list(d["attempts"]))
 
 
 def open_kv(url: str, ringer: bool = False, watcher: bool = False) -> KV:

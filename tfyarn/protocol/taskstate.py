@@ -138,6 +138,6 @@ def current(store: kvmod.KV, tasks: Iterable[Task] | None = None
             ) -> tuple[int, list[dict], list[TaskState]]:
     """The attempt now running, how the earlier ones ended, and the states of `tasks`
     (default: every task of the job once the driver published them)."""
-    attempt, earlier = kvmod.attempts(store)
-    snap = read(kvmod.Scoped(store, attempt))
+    attempt, gang, earlier = kvmod.wanted(store)
+    snap = read(kvmod.Scoped(store, gang))
     return attempt, earlier, snap.states(job_tasks(store) if tasks is None else tasks)

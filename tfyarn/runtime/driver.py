@@ -16,6 +16,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -28,17 +29,22 @@ from typing import TYPE_CHECKING, Any
 from tfyarn.core.errors import StoreGone, exit_code
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import (
+    REGROUP,
     Liveness,
     Outcome,
     attempt_tables,
+    backoff_s,
     cause_of,
     decide,
     describe_exit,
     final_message,
+    give_back,
     lost_record,
     merge_records,
     needs_yarn_word,
+    patience_s,
     plural,
+    regroups,
     restart_after,
     restart_words,
 )
@@ -79,17 +85,48 @@ class JobClock:
 
 
 @dataclass
+class Contention:
+    """How the job fares against other jobs for the cluster (YARN): whether YARN
+    preempted it (it then gives a partial gang back first) and how many partial gangs
+    it gave back (each wait before asking again is longer)."""
+
+    patience_s: float
+    preempted: bool = False
+    given_back: int = 0
+    rng: random.Random = field(default_factory=random.Random)
+
+    def patience(self) -> float:
+        return patience_s(self.patience_s, self.preempted, self.rng.uniform(0.8, 1.2))
+
+    def backoff(self) -> float:
+        return backoff_s(self.patience_s, self.given_back, self.rng.uniform(0.5, 1.0))
+
+    def note(self, ends: Mapping[Task, Mapping]) -> bool:
+        """Whether YARN preempted a container of this gang (remembered for the job)."""
+        now = any(preempted(r) for r in ends.values())
+        self.preempted |= now
+        return now
+
+
+def preempted(rec: Mapping | None) -> bool:
+    return rec is not None and "preempt" in str(rec.get("yarn", "")).lower()
+
+
+@dataclass
 class Referee:
-    """One attempt's loop state: deadlines, liveness, whether the cluster spec is out.
-    `store` is the attempt's scoped view, `job_store` the job-wide one (kill, phase)."""
+    """One gang's loop state: deadlines, liveness, whether the cluster spec is out.
+    `store` is the gang's scoped view, `job_store` the job-wide one (kill, phase);
+    `start` is its attempt's (-wait_time counts from there, across gangs given back)."""
 
     spec: JobSpec
     store: kvmod.KV
     job_store: kvmod.KV
     gang: gangmod.Gang
-    attempt: int = 0
+    gang_no: int = 0
     job: JobClock = field(default_factory=JobClock)
     start: float = field(default_factory=time.monotonic)
+    patience: float = float("inf")  # a partial gang gives back after this (Contention)
+    given_back: int = 0  # partial gangs of this attempt given back so far
     published: bool = False
     chief_done_said: bool = False
     liveness: Liveness = field(init=False)
@@ -114,14 +151,20 @@ class Referee:
         if not self.published and now - self.start > self.spec.register_timeout_s:
             missing = [str(t) for t in self.spec.tasks() if t not in addrs]
             minutes = self.spec.register_timeout_s / 60
+            why = ("not enough free resources, or they failed to start: see their logs"
+                   if not self.given_back else
+                   f"the gang was given only part of its containers and gave them back "
+                   f"{plural(self.given_back, 'time')}: the queue or cluster never had room "
+                   "for every container at once; ask for less (-wn, -wm, -wc), another "
+                   "--queue, or a longer -wait_time")
             return Outcome("FAILED", f"tasks never registered within -wait_time {minutes:g} min: "
-                           f"{', '.join(missing)} (not enough free resources, or they failed to "
-                           "start: see their logs)")
+                           f"{', '.join(missing)} "
+                           f"({why})")
         return None
 
     def ends(self) -> dict[Task, dict]:
         """What the cluster says ended this attempt's containers."""
-        return self.gang.ends(self.attempt)
+        return self.gang.ends(self.gang_no)
 
     def records(self, snap: Snapshot) -> dict[Task, dict]:
         """Exit records, plus a lost record for every launcher that died or went silent
@@ -170,6 +213,12 @@ class Referee:
                  "rendezvous": self.rendezvous.address if self.rendezvous else None}
         self.store.put(kvmod.RANKS, json.dumps(table))
 
+    def give_back(self) -> Outcome | None:
+        """A partial gang, given nothing more for its patience, gives its containers back."""
+        if self.published or self.patience == float("inf"):
+            return None
+        return give_back(self.gang.waiting(self.gang_no), self.patience)
+
     def note_chief_done(self, records: Mapping[Task, Mapping]) -> None:
         """-x False: say once that the chief is done and the job now waits for the rest."""
         chief = records.get(Task("chief", 0))
@@ -192,7 +241,7 @@ class Referee:
     def step(self, snap: Snapshot) -> Outcome | None:
         records = self.last_records = self.records(snap)
         outcome = (self.external_stop() or decide(self.spec, records)
-                   or self.deadline_passed(snap.addrs))
+                   or self.deadline_passed(snap.addrs) or self.give_back())
         if outcome is None:
             self.publish_if_ready(snap.addrs)
             self.note_chief_done(records)
@@ -207,7 +256,7 @@ class Referee:
                 not needs_yarn_word(self.last_records.get(task)):
             return outcome
         deadline = time.monotonic() + CONTAINER_END_WAIT_S
-        while task not in self.gang.finished(self.attempt) and time.monotonic() < deadline:
+        while task not in self.gang.finished(self.gang_no) and time.monotonic() < deadline:
             time.sleep(CONTAINER_POLL_S)
         rec = self.ends().get(task)
         if rec is None:  # its container ended normally (or YARN said nothing in time)
@@ -283,29 +332,116 @@ def _brief(rec: Mapping | None) -> dict:
             "lost": bool(rec.get("lost")), "reason": rec.get("reason")}
 
 
-def run_attempt(spec: JobSpec, store: kvmod.KV, gang: gangmod.Gang, attempt: int,
-                job: JobClock, advertise_host: str) -> tuple[Outcome, dict[str, dict]]:
+@dataclass
+class Course:
+    """The job's course so far, across attempts and gangs: passed to each attempt."""
+
+    spec: JobSpec
+    store: kvmod.KV
+    gang: gangmod.Gang
+    job: JobClock
+    advertise_host: str
+    contention: Contention
+    earlier: list[dict] = field(default_factory=list)  # how earlier attempts ended
+    gang_no: int = 0  # the gang now wanted
+    yielding: bool = False  # YARN preempted the last gang: another queue is owed room
+
+
+def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, dict]]:
+    """One attempt: its gang, and on YARN a new gang each time one is given back before
+    it ran (no restart spent), until one runs to an outcome; the attempt's outcome and
+    task table."""
+    start, given_back = time.monotonic(), 0
+    while True:
+        course.gang.start(course.gang_no, attempt, course.earlier)
+        referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
+                          course.gang, course.gang_no, course.job, start,
+                          advertise_host=course.advertise_host, given_back=given_back)
+        if course.gang.tells_ends:
+            referee.patience = course.contention.patience()
+        outcome, tasks = run_gang(course, referee, attempt)
+        if not regroups(outcome, referee.ends().get(Task.parse(outcome.task))
+                        if outcome.task else None, referee.published):
+            return outcome, tasks
+        given_back += 1
+        outcome = wait_to_ask_again(course, referee, outcome, attempt, given_back)
+        if outcome is not None:
+            return outcome, tasks
+        course.gang_no += 1
+
+
+def wait_to_ask_again(course: Course, referee: Referee, outcome: Outcome, attempt: int,
+                      given_back: int) -> Outcome | None:
+    """A gang given back (or taken back by YARN before it ran): its containers go, and
+    the next gang is asked for after a backoff; a kill, --timeout or -wait_time during
+    the wait ends the attempt (its outcome)."""
+    course.contention.given_back += 1
+    wait = course.contention.backoff()
+    words = f"{outcome.message}; asking again in {wait:.0f} s (no restart spent)"
+    say(words, "driver")
+    course.store.put(kvmod.PHASE, f"waiting for resources: {words}")
+    _clear(course.gang, course.gang_no)
+    referee.given_back = given_back
+    stop = hold_off(referee, wait)
+    return None if stop is None else replace(stop, attempt=attempt)
+
+
+def hold_off(referee: Referee, seconds: float) -> Outcome | None:
+    """Ask YARN for nothing for `seconds`; a kill, --timeout or -wait_time meanwhile
+    ends the wait with that outcome."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        stop = referee.external_stop() or referee.deadline_passed({})
+        if stop is not None:
+            say(f"{stop.state}: {stop.message}", "driver")
+            return stop
+        time.sleep(min(DRIVER_TICK_S, max(0.0, until - time.monotonic())))
+    return None
+
+
+def run_gang(course: Course, referee: Referee, attempt: int
+             ) -> tuple[Outcome, dict[str, dict]]:
     """One gang, from registration to every task stopped: its outcome and task table."""
-    scoped = kvmod.Scoped(store, attempt)
-    referee = Referee(spec, scoped, store, gang, attempt, job, advertise_host=advertise_host)
+    spec, store, gang = course.spec, course.store, course.gang
     store.put(kvmod.PHASE, "registering")
     say(f"attempt {attempt + 1}/{spec.attempts}: waiting for "
         f"{plural(len(spec.tasks()), 'task')} to register "
-        f"(-wait_time {spec.register_timeout_s / 60:g} min)", "driver")
+        f"(-wait_time {spec.register_timeout_s / 60:g} min"
+        f"{', gang ' + str(course.gang_no) if course.gang_no != attempt else ''})", "driver")
+    scoped = kvmod.Scoped(store, course.gang_no)
     follow = Follow(store, scoped, heartbeat_s(spec.heartbeat_timeout_s))
     while (outcome := referee.step(follow.next(DRIVER_TICK_S))) is None:
         pass
-    say(f"{outcome.state}: {outcome.message}", "driver")
+    if outcome.cause != REGROUP:  # a gang given back is told once, with when it asks again
+        say(f"{outcome.state}: {outcome.message}", "driver")
     store.put(kvmod.PHASE, "stopping")
-    if restart_after(spec, outcome, attempt) and not needs_yarn_word(
-            referee.last_records.get(Task.parse(outcome.task)) if outcome.task else None):
-        _request(gang, attempt + 1)  # settled already: YARN's word cannot say otherwise
+    rec = referee.last_records.get(Task.parse(outcome.task)) if outcome.task else None
+    if restart_after(spec, outcome, attempt) and not needs_yarn_word(rec) \
+            and not regroups(outcome, rec, referee.published) and not preempted(rec):
+        _request(gang, course.gang_no + 1, attempt + 1)  # settled: YARN cannot say otherwise
     snap = stop_everything(spec, scoped, outcome, referee.gone, follow)
     follow.feed.close()
     if referee.rendezvous is not None:
         referee.rendezvous.stop()
     outcome = replace(referee.settle(outcome), attempt=attempt)
+    course.yielding = course.contention.note(referee.ends())
     return outcome, task_table(spec, snap, referee.lost(), referee.ends())
+
+
+def yield_to_the_owed_queue(course: Course, attempt: int) -> Outcome | None:
+    """YARN preempted the gang: another queue is owed room. The next gang is asked for
+    after a backoff, so the owed queue's containers come first (asked at once, the new
+    gang took them back before the preempting job was given any, and was preempted
+    again); a kill or --timeout meanwhile ends the job."""
+    wait = course.contention.backoff()
+    words = (f"YARN preempted the gang: asking for attempt {attempt + 1}'s containers in "
+             f"{wait:.0f} s, once the queue owed them had its share")
+    say(words, "driver")
+    course.store.put(kvmod.PHASE, f"waiting for resources: {words}")
+    referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
+                      course.gang, course.gang_no, course.job)
+    stop = hold_off(referee, wait)
+    return None if stop is None else replace(stop, attempt=attempt)
 
 
 def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
@@ -316,22 +452,28 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
     job = JobClock()
     if threading.current_thread() is threading.main_thread():
         _trap_signals(job)
-    earlier: list[dict] = []
+    course = Course(spec, store, gang, job, advertise_host,
+                    Contention(spec.yarn.gang_patience_s))
     attempt = 0
     store.put(kvmod.TASKS, json.dumps([str(t) for t in spec.tasks()]))
     while True:
-        gang.start(attempt, earlier)
-        outcome, tasks = run_attempt(spec, store, gang, attempt, job, advertise_host)
+        outcome, tasks = run_attempt(course, attempt)
         if not restart_after(spec, outcome, attempt):
-            _clear(gang, attempt + 1)  # asked for early, and not wanted after all
+            _clear(gang, course.gang_no + 1)  # asked for early, and not wanted after all
             break
         words = restart_words(spec, attempt + 1, outcome.message)
         say(words, "driver")
-        earlier.append({"attempt": attempt, "state": outcome.state, "message": outcome.message,
-                        "task": outcome.task, "cause": outcome.cause, "tasks": tasks})
+        course.earlier.append({"attempt": attempt, "state": outcome.state,
+                               "message": outcome.message, "task": outcome.task,
+                               "cause": outcome.cause, "tasks": tasks})
         store.put(kvmod.PHASE, words)
-        _clear(gang, attempt)
+        _clear(gang, course.gang_no)
         attempt += 1
+        course.gang_no += 1
+        if course.yielding and (stop := yield_to_the_owed_queue(course, attempt)):
+            outcome, tasks = stop, {}
+            break
+    earlier = course.earlier
     final = replace(outcome, message=final_message(spec, outcome, earlier), tasks=tasks,
                     attempts=tuple(earlier))
     store.expect([kvmod.ACK])  # before the status: a watching client acknowledges at once
@@ -341,18 +483,18 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
     return final
 
 
-def _request(gang: gangmod.Gang, attempt: int) -> None:
+def _request(gang: gangmod.Gang, gang_no: int, attempt: int) -> None:
     try:
-        gang.request(attempt)
+        gang.request(gang_no, attempt)
     except StoreGone as exc:  # asked again when the attempt starts
         say(f"could not ask for attempt {attempt + 1}'s containers early: {exc!r}", "driver")
 
 
-def _clear(gang: gangmod.Gang, attempt: int) -> None:
+def _clear(gang: gangmod.Gang, gang_no: int) -> None:
     try:
-        gang.clear(attempt)
+        gang.clear(gang_no)
     except StoreGone as exc:  # the next gang still starts; YARN ends leftovers with the app
-        say(f"could not kill attempt {attempt + 1}'s leftover containers: {exc!r}", "driver")
+        say(f"could not kill gang {gang_no}'s leftover containers: {exc!r}", "driver")
 
 
 def _trap_signals(job: JobClock) -> None:

@@ -1,14 +1,16 @@
-"""Where the driver's gangs of launchers come from, one gang per attempt.
+"""Where the driver's gangs of launchers come from: gang g of attempt k.
 
-The driver decides that attempt k starts; this module carries it out on each backend and
-reports what the backend knows about how a gang's containers ended:
+The driver decides that gang g starts (a restart: a new attempt; on YARN also a gang
+that gave its containers back and asks again, same attempt); this module carries it out
+on each backend and reports what the backend knows about the gang's containers:
   - local: the client process owns every process, so the driver only announces the
-    attempt (the `attempt` key) and the client starts new launchers with `--attempt k`;
+    gang (the `attempts` key) and the client starts new launchers with `--gang g`;
     it also reports dead launchers itself (`task/<t>/lost`);
-  - YARN: skein starts attempt 0 from the application spec; later attempts are new
+  - YARN: skein starts gang 0 from the application spec; later gangs are new
     containers asked from skein's ApplicationMaster (`add_container`, with
-    TFYARN_ATTEMPT in their env), and skein's container states say which of them YARN
-    ended (preempted, lost node, memory kill) before their launcher could report.
+    TFYARN_GANG and TFYARN_ATTEMPT in their env), and skein's container states say how
+    many YARN has given (a gang that waits) and which of them YARN ended (preempted,
+    lost node, memory kill) before their launcher could report.
 """
 
 from __future__ import annotations
@@ -17,15 +19,18 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from tfyarn.core.errors import StoreGone
-from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.policy import yarn_end
+from tfyarn.core.jobspec import Container, JobSpec
+from tfyarn.core.policy import GangWait, yarn_end
 from tfyarn.core.say import say
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import CONTAINER_POLL_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import App
+
+STATES = ["WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED"]  # skein's
 
 
 class Gang:
@@ -36,26 +41,32 @@ class Gang:
     def __init__(self, store: kvmod.KV) -> None:
         self.store = store
 
-    def start(self, attempt: int, earlier: Sequence[Mapping]) -> None:
-        """Ask for attempt `attempt`'s launchers (the client watches this key)."""
-        self.store.put(kvmod.ATTEMPT, json.dumps({"attempt": attempt, "attempts": list(earlier)}))
+    def start(self, gang: int, attempt: int, earlier: Sequence[Mapping]) -> None:
+        """Ask for gang `gang` of attempt `attempt` (the client watches this key)."""
+        self.store.put(kvmod.ATTEMPT, json.dumps({"attempt": attempt, "gang": gang,
+                                                  "attempts": list(earlier)}))
 
-    def request(self, attempt: int) -> bool:
-        """Ask the cluster for `attempt`'s containers ahead of `start`, while the failed
+    def request(self, gang: int, attempt: int) -> bool:
+        """Ask the cluster for `gang`'s containers ahead of `start`, while the failed
         gang is still being stopped; whether it did (local: never, the client starts a
         gang in a moment)."""
         return False
 
-    def ends(self, attempt: int) -> dict[Task, dict]:
+    def ends(self, gang: int) -> dict[Task, dict]:
         """Tasks whose container the cluster ended before their launcher reported."""
         return {}
 
-    def finished(self, attempt: int) -> set[Task]:
+    def finished(self, gang: int) -> set[Task]:
         """Tasks whose container has ended (known only where `tells_ends`)."""
         return set()
 
-    def clear(self, attempt: int) -> None:
-        """Make sure nothing of `attempt` still runs (local: the client does it)."""
+    def waiting(self, gang: int) -> GangWait | None:
+        """What the cluster has given an incomplete gang (None: nothing to tell; local
+        mode starts every process at once)."""
+        return None
+
+    def clear(self, gang: int) -> None:
+        """Make sure nothing of `gang` still runs (local: the client does it)."""
 
 
 @dataclass
@@ -63,6 +74,9 @@ class _Poll:
     at: float = -1e9
     ends: dict[Task, dict] = field(default_factory=dict)  # containers that FAILED
     finished: set[Task] = field(default_factory=set)  # containers that ended, any state
+    held: int = 0  # containers YARN has given (running or ended)
+    asked: int = 0  # containers asked for and not given yet
+    given_at: float = field(default_factory=time.monotonic)  # when `held` last grew
 
 
 class SkeinGang(Gang):
@@ -75,67 +89,90 @@ class SkeinGang(Gang):
         self.app = app
         self.spec = spec
         self.containers = {c.name: c for c in spec.containers()}
-        # attempt -> skein container id ("worker-1_0") -> its tfyarn container's name
+        # gang -> skein container id ("worker-1_0") -> its tfyarn container's name
         self.ids: dict[int, dict[str, str]] = {0: {f"{c.name}_0": c.name
                                                    for c in spec.containers()}}
         self.polls: dict[int, _Poll] = {}
 
-    def start(self, attempt: int, earlier: Sequence[Mapping]) -> None:
-        super().start(attempt, earlier)
-        self.request(attempt)
+    def start(self, gang: int, attempt: int, earlier: Sequence[Mapping]) -> None:
+        super().start(gang, attempt, earlier)
+        self.request(gang, attempt)
 
-    def request(self, attempt: int) -> bool:
-        """New containers for `attempt` (0: the application spec's own instances). Asked
+    def request(self, gang: int, attempt: int) -> bool:
+        """New containers for `gang` (0: the application spec's own instances). Asked
         for as soon as a failure looks restartable: skein's ApplicationMaster talks to
         the ResourceManager every 5 s while it wants nothing, every 1 s while it waits
         for containers, so asking early saves up to 5 s, and makes YARN's word on the
         failed container come sooner too."""
-        if attempt in self.ids:
+        self.polls.setdefault(gang, _Poll())
+        if gang in self.ids:
             return True
-        env = {"TFYARN_ATTEMPT": str(attempt)}
-        self.ids[attempt] = {self.app.add_container(c.name, env): c.name
-                             for c in self.spec.containers()}
+        env = {"TFYARN_ATTEMPT": str(attempt), "TFYARN_GANG": str(gang)}
+        self.ids[gang] = {self.app.add_container(c.name, env): c.name
+                          for c in self.spec.containers()}
         return True
 
-    def ends(self, attempt: int) -> dict[Task, dict]:
-        return self._poll(attempt).ends
+    def ends(self, gang: int) -> dict[Task, dict]:
+        return self._poll(gang).ends
 
-    def finished(self, attempt: int) -> set[Task]:
-        return self._poll(attempt).finished
+    def finished(self, gang: int) -> set[Task]:
+        return self._poll(gang).finished
 
-    def _poll(self, attempt: int) -> _Poll:
+    def waiting(self, gang: int) -> GangWait | None:
+        poll = self._poll(gang)
+        if poll.at < 0:
+            return None  # never read
+        return GangWait(poll.held, poll.asked, time.monotonic() - poll.given_at)
+
+    def _poll(self, gang: int) -> _Poll:
         """At most one skein call per CONTAINER_POLL_S; the AM itself learns of a
         finished container within its allocate heartbeat (1-5 s)."""
-        poll = self.polls.setdefault(attempt, _Poll())
+        poll = self.polls.setdefault(gang, _Poll())
         if time.monotonic() - poll.at < CONTAINER_POLL_S:
             return poll
-        poll.at = time.monotonic()
-        mine = self.ids.get(attempt, {})
+        mine = self.ids.get(gang, {})
         try:
-            ended = self.app.containers(states=["SUCCEEDED", "FAILED", "KILLED"])
+            every = self.app.containers(states=STATES)
         except StoreGone as exc:  # no news this time; a dead launcher still goes silent,
             # and the heartbeat timeout finds it
             say(f"could not read the containers' states: {exc!r}", "driver")
             return poll
-        for c in ended:
+        poll.at = time.monotonic()
+        held = asked = 0
+        for c in every:
             container = self.containers.get(mine.get(c.id, ""))
             if container is None:
                 continue
+            state = str(c.state)
+            if state in ("WAITING", "REQUESTED"):
+                asked += 1
+                continue
+            held += 1
+            if state == "RUNNING":
+                continue
             poll.finished.update(container.tasks)
-            if str(c.state) == "FAILED":
-                flag = "-pm" if container.tasks[0].type == "ps" else "-wm"
-                node = (c.yarn_node_http_address or "").rsplit(":", 1)[0]
-                rec = yarn_end(c.exit_message or "", container.resources.memory_mb, flag,
-                               time.time(), node)
-                for task in container.tasks:
-                    poll.ends.setdefault(task, rec)
+            if state == "FAILED":
+                self._note_end(poll, container, c)
+        if held > poll.held:
+            poll.given_at = poll.at
+        poll.held, poll.asked = held, asked
         return poll
 
-    def clear(self, attempt: int) -> None:
-        """Kill the attempt's containers still running (a frozen launcher never exits)."""
-        mine = self.ids.get(attempt, {})
+    def _note_end(self, poll: _Poll, container: Container, c: Any) -> None:
+        """YARN's word on a container it ended, for each of its tasks."""
+        flag = "-pm" if container.tasks[0].type == "ps" else "-wm"
+        node = (c.yarn_node_http_address or "").rsplit(":", 1)[0]
+        rec = yarn_end(c.exit_message or "", container.resources.memory_mb, flag,
+                       time.time(), node)
+        for task in container.tasks:
+            poll.ends.setdefault(task, rec)
+
+    def clear(self, gang: int) -> None:
+        """Kill the gang's containers still running or asked for (a frozen launcher
+        never exits; an ask left open would be given later)."""
+        mine = self.ids.get(gang, {})
         if not mine:
-            return  # none asked for (an attempt not started, nor requested early)
+            return  # none asked for (a gang not started, nor requested early)
         for c in self.app.containers(states=["WAITING", "REQUESTED", "RUNNING"]):
             if c.id in mine:
                 self.app.kill_container(c.id)

@@ -61,11 +61,11 @@ TAG_VAR = "TFYARN_TASK_TAG"  # marks every process of one launcher's tree, for t
 
 
 
-def container_tag(job_id: str, first: Task, attempt: int) -> str:
+def container_tag(job_id: str, first: Task, gang: int) -> str:
     """The tag (TAG_VAR's value, then `.<slot>`) on every process one launcher starts:
-    by job (on YARN the application id), attempt and first task, so local mode's client
+    by job (on YARN the application id), gang and first task, so local mode's client
     can end what a launcher that died left behind without asking it."""
-    return f"{job_id}.{attempt}.{first}"
+    return f"{job_id}.{gang}.{first}"
 
 
 def reserve_port() -> socket.socket:
@@ -243,7 +243,8 @@ class LaunchArgs:
     store_url: str
     gpus: str  # "auto" (YARN: ask the container), "none", or a list of device ids
     docker_image: str | None
-    attempt: int = 0  # which gang of the job this launcher belongs to (restarts)
+    attempt: int = 0  # which run of the user command this is (restarts; TFYARN_ATTEMPT)
+    gang: int = 0  # which gang of containers: keys are read and written under it
     watchdog: bool = True  # fork one (YARN); local mode's client does its work instead
 
 
@@ -256,14 +257,17 @@ def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
     p.add_argument("--gpus", default="auto", help="GPU ids of this container, none, or auto")
     p.add_argument("--docker-image", help="local -m docker: run the command in this image")
     p.add_argument("--attempt", type=int, default=0, help="the gang's attempt number (0 first; "
-                   "never derived: keys are read and written under it)")
+                   "restarts count up; the tasks' TFYARN_ATTEMPT)")
+    p.add_argument("--gang", type=int, help="the gang's number (default: --attempt; never "
+                   "derived: keys are read and written under it)")
     p.add_argument("--no-watchdog", action="store_true", help="local mode: the client ends "
                    "what a dead launcher leaves behind, so no watchdog process is forked")
     ns = p.parse_args(argv)
     with open(ns.job, encoding="utf-8") as f:
         job = JobSpec.from_json(f.read())
     tasks = tuple(Task.parse(t) for t in ns.tasks.split(","))
-    return LaunchArgs(job, tasks, ns.kv, ns.gpus, ns.docker_image, ns.attempt,
+    gang = ns.attempt if ns.gang is None else ns.gang
+    return LaunchArgs(job, tasks, ns.kv, ns.gpus, ns.docker_image, ns.attempt, gang,
                       not ns.no_watchdog)
 
 
@@ -386,12 +390,12 @@ class Launcher:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = Settings.from_environ()
-    tag = container_tag(settings.job_id or "unknown", args.tasks[0], args.attempt)
+    tag = container_tag(settings.job_id or "unknown", args.tasks[0], args.gang)
     watchdog = proc.start_watchdog(TAG_VAR, f"{tag}.") if args.watchdog else -1  # no thread yet
     proc.set_subreaper()
     flag = StopFlag()
     install_signal_handlers(flag)
-    store = kvmod.Scoped(kvmod.open_kv(args.store_url), args.attempt)
+    store = kvmod.Scoped(kvmod.open_kv(args.store_url), args.gang)
     done = threading.Event()
     launcher = Launcher(args, settings, store, flag, tag, watchdog)
     try:
