@@ -317,6 +317,29 @@ def test_watcher_says_once_that_the_rm_is_away_and_once_that_it_is_back(monkeypa
     assert len([s for s in said if "the ResourceManager answers again" in s]) == 1, said
 
 
+def test_status_and_logs_wait_out_an_absent_resourcemanager(monkeypatch):
+    """`tfyarn status` / `logs` read their report through `ride_through`: the RM away is
+    said once, its return once, and the report comes back."""
+    import threading
+
+    said, away = [], threading.Event()
+
+    def record(text, *_a, **_k):
+        said.append(text)
+        if "does not answer" in text:
+            away.set()
+
+    monkeypatch.setattr(yarn, "say", record)
+    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
+    monkeypatch.setattr(yarn, "RM_AWAY_S", 0.05)
+    reports = yarn.Reports(Yarn(AwayClient([_rep("RUNNING"), _rep("RUNNING")], away)),
+                           "application_1_0008")
+    assert str(yarn.ride_through(reports).state) == "RUNNING"  # the first call answers
+    assert str(yarn.ride_through(reports).state) == "RUNNING"  # the second hangs a while
+    assert len([s for s in said if "the ResourceManager does not answer" in s]) == 1, said
+    assert len([s for s in said if "the ResourceManager answers again" in s]) == 1, said
+
+
 def test_watcher_survives_an_am_that_dies_right_after_running(monkeypatch, capsys):
     from tfyarn.core.errors import JobFailed
 

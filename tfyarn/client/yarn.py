@@ -297,6 +297,15 @@ class Reports:
                 "unreachable); the job's containers run on, and el_submit waits for it")
 
 
+def ride_through(reports: Reports) -> Any:
+    """The next report, waiting while the ResourceManager is away (said once when it
+    goes, once when it is back): `tfyarn status` and `logs` wait as el_submit does."""
+    while (rep := reports.next()) is None:
+        if reports.away_since is None:  # a passing failure (an away wait already waited)
+            time.sleep(YARN_POLL_S)
+    return rep
+
+
 def rm_lost(app_id: str, why: str) -> str:
     """An application the ResourceManager no longer knows, though it reported it before:
     the ResourceManager restarted without recovery, and ended the application with it."""
@@ -532,7 +541,7 @@ def status(app_id: str, opts: ClientOptions | None = None, tasks: bool = False) 
             print(f"(per-task table: tfyarn status {app_id} --tasks)")
         return 0
     with yarn_client(opts) as client:
-        r = client.report(app_id)
+        r = ride_through(Reports(client, app_id))
         _print_report(app_id, r.name, str(r.state), str(r.final_status), r.tracking_url or "",
                       r.diagnostics or "")
         if str(r.state) == "RUNNING" and (store := app_store(client, app_id)):
@@ -588,7 +597,7 @@ def logs(app_id: str, task: str | None, opts: ClientOptions | None = None,
     if rep is not None and rep.get("state") in TERMINAL:
         return _aggregated_logs(app_id, task, opts)
     with yarn_client(opts) as client:
-        if str(client.report(app_id).state) not in TERMINAL:
+        if str(ride_through(Reports(client, app_id)).state) not in TERMINAL:
             if follow:
                 return _follow_logs(client, app_id, task)
             return _live_log_urls(client, app_id, task)
@@ -597,15 +606,17 @@ def logs(app_id: str, task: str | None, opts: ClientOptions | None = None,
 
 def _follow_logs(client: Yarn, app_id: str, task: str | None) -> int:
     """`tfyarn logs APP --follow`: the output as it comes (once the application master
-    runs: right after a --detach it may still be queued), until the application ends."""
-    live = None
+    runs: right after a --detach it may still be queued), until the application ends;
+    through a ResourceManager restart too (said once when it goes, once when back)."""
+    live, reports = None, Reports(client, app_id)
     while True:
         if live is None and (app := client.connect(app_id)) is not None:
             live = LiveLogs(app, getattr(sys.stdout, "buffer", None), task)
         if live is not None:
             with suppress(StoreGone):  # the AM is gone: the report says how it ended
                 live.poll()
-        state = str(client.report(app_id).state)
+        rep = reports.next()
+        state = "" if rep is None else str(rep.state)  # None: the RM is away (said)
         if state in TERMINAL:
             if live is not None:
                 finish_live_logs(live, app_id)
