@@ -141,9 +141,12 @@ def test_yarn_container_ends():
         "Container killed by YARN for exceeding memory limits. 1.2 GiB of 256 MiB physical "
         "memory used": memory_kill,
         "Container preempted by scheduler": (policy.RETRYABLE, "was preempted by YARN"),
+        # a lost node, and a gracefully decommissioned one after its timeout (captured)
         "Container released on a *lost* node": (policy.RETRYABLE, "was lost with its node"),
-        "Container is being decommissioned": (policy.RETRYABLE, "decommissioned"),
-        "Disk failure: local-dirs are bad": (policy.RETRYABLE, "disk failure"),
+        # -101: the NodeManager's ContainerLaunch wording (Hadoop 3.3.6 source; bad disks
+        # between allocation and launch cannot be staged on the sandbox)
+        "Most of the disks failed. 1/1 local-dirs usable space is below configured "
+        "utilization percentage/no more usable space": (policy.RETRYABLE, "disk failure"),
         "Container failed during execution, see logs for more information.":
             (policy.RETRYABLE, "its container's process died"),
     }

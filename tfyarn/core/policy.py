@@ -124,20 +124,23 @@ PERMANENT = "permanent"  # would fail again: exit codes 1-127, a memory kill, tf
 
 # What YARN says, through skein's container exit message, about a container it ended
 # (exit statuses -100 lost/aborted, -101 disks, -102 preempted, -103/-104 memory):
-# words to find (lower case), the cause, and how the task's end is told. A memory kill on
-# Hadoop 3.3.6 reaches skein as just "717.0 MB of 256 MB physical memory used".
+# words to find (lower case), the cause, and how the task's end is told. Captured on
+# Hadoop 3.3.6 (tests/fixtures): a memory kill reaches skein as just "717.0 MB of 256 MB
+# physical memory used"; a node lost, or decommissioned (gracefully, after its timeout),
+# as "Container released on a *lost* node"; a preemption as "Container preempted by
+# scheduler". Disks: NodeManager's ContainerLaunch wording ("Most of the disks failed.").
+PREEMPTED = (("preempt",), RETRYABLE, "was preempted by YARN")
+LOST_NODE = (("lost* node",), RETRYABLE, "was lost with its node")
+DISKS = (("disks failed",), RETRYABLE, "was lost to a disk failure on its node")
 YARN_ENDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("physical memory used", "virtual memory used", "exceeding memory",
       "beyond physical memory", "beyond virtual memory", "exceeded memory", "memory limit"),
      PERMANENT, "memory"),
-    (("preempt",), RETRYABLE, "was preempted by YARN"),
-    (("lost* node", "lost node", "node lost"), RETRYABLE, "was lost with its node"),
-    (("decommission",), RETRYABLE, "was lost with its node (decommissioned)"),
-    (("disk",), RETRYABLE, "was lost to a disk failure on its node"),
+    PREEMPTED, LOST_NODE, DISKS,
     (("failed during execution",), RETRYABLE,
      "was killed: its container's process died before reporting (kill -9, OOM killer)"),
 )
-TAKEN_BACK = YARN_ENDS[1:5]  # the cluster took the container back: nothing of the task's doing
+TAKEN_BACK = (PREEMPTED, LOST_NODE, DISKS)  # the cluster took it back: not the task's doing
 
 
 def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
@@ -167,7 +170,8 @@ def am_end(diagnostics: str, am_host: str = "") -> str | None:
     if "AM Container for" not in diagnostics:
         return None
     low = diagnostics.lower()
-    how = next((how for words, _, how in YARN_ENDS[1:4] if any(w in low for w in words)), None)
+    how = next((how for words, _, how in (PREEMPTED, LOST_NODE)
+                if any(w in low for w in words)), None)
     if how is None:
         return None
     where = f" {am_host}" if am_host else ""
