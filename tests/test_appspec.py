@@ -104,10 +104,12 @@ def test_virtual_env_hdfs_archive_is_used_in_place(tmp_path):
     assert app["services"]["ps-0"]["files"]["env"]["source"] == "hdfs:///envs/tf.tar.gz"
 
 
-def test_docker_mode(tmp_path):
-    defaults = appspec.ClusterDefaults(docker_mounts=("/etc/hadoop/conf:/etc/hadoop/conf:ro",))
+def test_docker_mode_with_yarns_runtime(tmp_path):
+    defaults = appspec.ClusterDefaults(docker_mounts=("/etc/hadoop/conf:/etc/hadoop/conf:ro",),
+                                       docker_runtime="yarn")
     _, app = build(job(tmp_path, mode="docker", mode_arg="tf:2.21", env=("A=1",)), tmp_path,
                    defaults)
+    assert "--docker-runtime yarn" in app["services"]["chief-0"]["script"]
     env = app["services"]["chief-0"]["env"]
     assert env["YARN_CONTAINER_RUNTIME_TYPE"] == "docker"
     assert env["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] == "tf:2.21"
@@ -115,6 +117,18 @@ def test_docker_mode(tmp_path):
     assert env["YARN_CONTAINER_RUNTIME_DOCKER_MOUNTS"] == "/etc/hadoop/conf:/etc/hadoop/conf:ro"
     assert "A" not in env  # --env travels in the job JSON, never through launch_container.sh
     assert "YARN_CONTAINER_RUNTIME_TYPE" not in app["master"]["env"]  # the AM stays on the node
+
+
+def test_docker_mode_with_tfyarns_runtime_asks_yarn_for_no_docker(tmp_path):
+    """Without YARN's runtime the container is an ordinary one on the node; its launcher
+    runs the task in the image with `docker run`, the site's network and mounts given."""
+    defaults = appspec.ClusterDefaults(docker_mounts=("/data:/data:ro",), docker_network="host",
+                                       docker_runtime="tfyarn")
+    _, app = build(job(tmp_path, mode="docker", mode_arg="tf:2.21"), tmp_path, defaults)
+    service = app["services"]["chief-0"]
+    assert not [k for k in service["env"] if k.startswith("YARN_CONTAINER_RUNTIME")]
+    assert ("--docker-image tf:2.21 --docker-runtime tfyarn --docker-network host "
+            "--docker-mount /data:/data:ro") in service["script"]
 
 
 def test_staging_files_and_dirs(tmp_path):
@@ -199,8 +213,34 @@ def test_site_defaults_from_conf_file(tmp_path):
     conf = tmp_path / "tfyarn.yaml"
     conf.write_text("docker:\n  network: bridge\n  mounts: [/a:/a:ro]\nenv:\n  X: 1\n")
     d = staging.load_defaults(Settings(conf_file=str(conf), home=str(tmp_path)))
-    assert d == appspec.ClusterDefaults("bridge", ("/a:/a:ro",), {"X": "1"})
-    assert staging.load_defaults(Settings(home=str(tmp_path))) == appspec.ClusterDefaults()
+    assert d == appspec.ClusterDefaults("bridge", ("/a:/a:ro",), "tfyarn", {"X": "1"})
+    assert staging.load_defaults(Settings(home=str(tmp_path))) == \
+        appspec.ClusterDefaults(docker_runtime="tfyarn")  # `auto` on a cluster of unknown kind
+
+
+def test_docker_runtime_auto_follows_the_clusters_yarn_site(tmp_path):
+    """`auto` (the default) is YARN's Docker runtime only where the NodeManagers run the
+    LinuxContainerExecutor with docker allowed; the sandbox's real yarn-site.xml has not."""
+    lce = tmp_path / "lce"
+    lce.mkdir()
+    (lce / "yarn-site.xml").write_text(
+        '<?xml version="1.0"?><configuration>'
+        "<property><name>yarn.nodemanager.container-executor.class</name><value>"
+        "org.apache.hadoop.yarn.server.nodemanager.LinuxContainerExecutor</value></property>"
+        "<property><name>yarn.nodemanager.runtime.linux.allowed-runtimes</name>"
+        "<value>default,docker</value></property></configuration>")
+    settings = Settings(home=str(tmp_path))
+    assert staging.load_defaults(settings, str(lce)).docker_runtime == "yarn"
+    sandbox_conf = os.environ.get("HADOOP_CONF_DIR")
+    if sandbox_conf:
+        assert staging.load_defaults(settings, sandbox_conf).docker_runtime == "tfyarn"
+    conf = tmp_path / "tfyarn.yaml"
+    conf.write_text("docker:\n  runtime: tfyarn\n")
+    pinned = Settings(conf_file=str(conf), home=str(tmp_path))
+    assert staging.load_defaults(pinned, str(lce)).docker_runtime == "tfyarn"  # the site's word
+    conf.write_text("docker:\n  runtime: podman\n")
+    with pytest.raises(SpecError, match="docker: runtime: 'podman' is not one of auto, tfyarn"):
+        staging.load_defaults(pinned)
 
 
 def test_f_from_hdfs_is_localized_by_yarn_not_uploaded(tmp_path):

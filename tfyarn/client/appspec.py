@@ -18,6 +18,7 @@ from typing import Any
 from tfyarn.core.jobspec import Container, JobSpec
 from tfyarn.core.tfconfig import Task
 from tfyarn.protocol import skeinlink
+from tfyarn.runtime import docker
 
 JOB_FILE = "tfyarn-job.json"
 ENV_DIR = "env"
@@ -45,7 +46,15 @@ class ClusterDefaults:
 
     docker_network: str = "host"
     docker_mounts: tuple[str, ...] = ()
+    docker_runtime: str = "auto"  # resolved by the YARN client from the site's yarn-site.xml
     extra_env: Mapping[str, str] = field(default_factory=dict)
+
+    def docker_run(self, spec: JobSpec, runtime: str | None = None) -> docker.DockerRun | None:
+        """How the launchers run -m docker tasks (None for other modes)."""
+        if spec.runtime.mode != "docker":
+            return None
+        return docker.DockerRun(spec.runtime.arg or "", self.docker_network, self.docker_mounts,
+                                runtime or self.docker_runtime)
 
 
 def service_name(task: Task, spec: JobSpec | None = None) -> str:
@@ -109,14 +118,17 @@ def check_python(py: str, what: str) -> str:
             ' (-m virtual-env) or the image (-m docker)" >&2\n  exit 1\nfi\n')
 
 
-def task_script(spec: JobSpec, container: Container, staged: Staged) -> str:
+def task_script(spec: JobSpec, container: Container, staged: Staged,
+                defaults: ClusterDefaults = ClusterDefaults()) -> str:
     py = python_for(spec)
     tasks = ",".join(str(t) for t in container.tasks)
+    run = defaults.docker_run(spec)
+    in_image = " ".join(shlex.quote(a) for a in run.argv_options()) + " " if run else ""
     return ("set -u\n" + HADOOP_ENV + runtime_setup(spec) + link_contents(staged.link_contents)
             + check_python(py, container.name)
             + f"exec {shlex.quote(py)} -m tfyarn.runtime.launcher --job {JOB_FILE} "
-              f'--tasks {tasks} --gpus auto --kv skein: --attempt "${{TFYARN_ATTEMPT:-0}}" '
-              '--gang "${TFYARN_GANG:-0}"\n')
+              f'--tasks {tasks} --gpus auto --kv skein: {in_image}'
+              '--attempt "${TFYARN_ATTEMPT:-0}" --gang "${TFYARN_GANG:-0}"\n')
 
 
 TENSORBOARD_SERVICE = "tensorboard"
@@ -159,7 +171,7 @@ def container_env(spec: JobSpec, defaults: ClusterDefaults) -> dict[str, str]:
     it as `export K="V"` into launch_container.sh, unescaped, so a `"`, a backtick or `$(`
     would break or expand; the launcher applies --env from the job JSON byte for byte."""
     env = {**defaults.extra_env, "PYTHONUNBUFFERED": "1"}
-    if spec.runtime.mode == "docker":
+    if spec.runtime.mode == "docker" and defaults.docker_runtime == "yarn":
         env["YARN_CONTAINER_RUNTIME_TYPE"] = "docker"
         env["YARN_CONTAINER_RUNTIME_DOCKER_IMAGE"] = spec.runtime.arg or ""
         env["YARN_CONTAINER_RUNTIME_DOCKER_CONTAINER_NETWORK"] = defaults.docker_network
@@ -187,7 +199,7 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
             "resources": {"memory": res.memory_mb, "vcores": res.vcores, "gpus": res.gpus},
             "files": files,
             "env": env,
-            "script": task_script(spec, container, staged),
+            "script": task_script(spec, container, staged, defaults),
             **label,
         }
     master_files = files_dict(Staged(staged.job_json), env_archive)

@@ -50,6 +50,7 @@ from tfyarn.core.timing import (
 )
 from tfyarn.protocol import inotify
 from tfyarn.protocol import kv as kvmod
+from tfyarn.runtime import docker as dockerrun
 from tfyarn.runtime import proc
 
 JOB_DIR_PREFIX = "tfyarn-"
@@ -73,6 +74,17 @@ def docker_reachable() -> str | None:
     except subprocess.TimeoutExpired:
         return "docker info timed out"
     return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["no daemon"])[-1]
+
+
+def launcher_docker_options(spec: JobSpec, settings: Settings) -> list[str]:
+    """-m docker: the launchers' options for the image and the site's docker network and
+    mounts (tfyarn.yaml); locally the launchers always run `docker run` themselves."""
+    if spec.runtime.mode != "docker":
+        return []
+    from tfyarn.client import staging  # its imports (tarfile, gzip) only for -m docker
+
+    run = staging.load_defaults(settings).docker_run(spec, "tfyarn")
+    return run.argv_options() if run else []
 
 
 def count_gpus() -> int:
@@ -261,6 +273,7 @@ class Procs:
     gang: int = 0  # the gang `launchers` belong to
     attempt: int = 0  # ... and its attempt (locally always the same number)
     tensorboard: subprocess.Popen | None = None  # the side task, with -enable_tensorboard
+    docker: list[str] = field(default_factory=list)  # -m docker: the launchers' options
 
     def all(self) -> list[Process]:
         return [p for p in (self.driver, self.tensorboard, *self.launchers.values(),
@@ -365,7 +378,6 @@ def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts
     container appends to the same log file."""
     jd, forks = procs.jd, procs.forks
     assert forks is not None
-    docker = ["--docker-image", spec.runtime.arg or ""] if spec.runtime.mode == "docker" else []
     procs.launchers = {}
     for c in spec.containers():
         if interrupts.count:
@@ -375,7 +387,9 @@ def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts
         procs.launchers[c] = forks.spawn(
             ["--job", jd.job_json, "--tasks", tasks, "--kv", jd.kv_url, "--gpus",
              gpus[c.name], "--attempt", str(procs.attempt), "--gang", str(procs.gang),
-             "--no-watchdog", *docker],
+             # -m docker: a task's container is the docker daemon's child, which only a
+             # watchdog outliving a SIGKILLed el_submit and launcher can remove
+             *(procs.docker or ["--no-watchdog"])],
             jd.task_dir(c), log, name="tfyarn-launcher")
         procs.show(log, f"[{c.tasks[0]}] " if len(c.tasks) == 1 else "")
     for child in procs.launchers.values():
@@ -383,7 +397,7 @@ def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts
 
 
 def end_launchers(launchers: Mapping[Container, Process], job_id: str, gang: int,
-                  timeout: float) -> None:
+                  timeout: float, docker: bool) -> None:
     """An earlier gang's launchers: they exit by themselves once they reported; one that
     did not in time is killed with its group, and what its tree left with it."""
     wait_procs(launchers.values(), timeout)
@@ -391,16 +405,19 @@ def end_launchers(launchers: Mapping[Container, Process], job_id: str, gang: int
     kill_groups(left.values())
     for container, p in left.items():
         p.wait()
-        end_leftovers(job_id, container, gang)
+        end_leftovers(job_id, container, gang, docker)
 
 
-def end_leftovers(job_id: str, container: Container, gang: int) -> None:
+def end_leftovers(job_id: str, container: Container, gang: int, docker: bool) -> None:
     """What the launcher of `container` started and left running when it died or was
-    killed (a daemon that left its group): locally no watchdog forks to do it."""
+    killed (a daemon that left its group; -m docker: its tasks' containers, the docker
+    daemon's children): locally no watchdog forks to do it."""
     from tfyarn.runtime.launcher import TAG_VAR, container_tag  # rarely needed: its import
 
     tag = container_tag(job_id, container.tasks[0], gang)
     proc.kill_rounds(lambda: proc.tagged(TAG_VAR, f"{tag}.", prefix=True))
+    if docker:
+        proc.remove_containers(f"label={dockerrun.LABEL_LAUNCHER}={tag}")
 
 
 class Wake:
@@ -489,14 +506,9 @@ def kill_all(procs: Iterable[Process], job_id: str, docker: bool) -> None:
     for p in procs:
         p.wait()
     if docker:
-        _remove_containers(job_id)
+        proc.remove_containers(f"label={dockerrun.LABEL_JOB}={job_id}")
 
 
-def _remove_containers(job_id: str) -> None:
-    ids = subprocess.run(["docker", "ps", "-q", "--filter", f"label=tfyarn.job={job_id}"],
-                         capture_output=True, text=True, check=False).stdout.split()
-    if ids:
-        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, check=False)
 
 
 def wait_procs(procs: Iterable[Process], timeout: float,
@@ -532,6 +544,7 @@ class LocalJob:
         """Run the job to its end; returns the outcome, raises JobFailed when it did not
         succeed (with the exit code of the ending)."""
         root, inv = preflight(self.spec, self.settings)
+        docker_options = launcher_docker_options(self.spec, self.settings)
         gpus = assign_gpus(self.spec, self.settings.gpu_count if self.settings.gpu_count
                            is not None else count_gpus())
         jd, prefix = stage(self.spec, root, inv, self.job_id, self.settings)
@@ -545,7 +558,7 @@ class LocalJob:
             common.emit_id(self.job_id)
             say(f"job {self.job_id}: {plural(len(self.spec.tasks()), 'task')}, dir {jd.root}")
             terminal = getattr(sys.stderr, "buffer", None)  # None when stderr is closed
-            procs, wake = Procs(jd), None
+            procs, wake = Procs(jd, docker=docker_options), None
             try:
                 start_all(self.spec, procs, env, self.interrupts, gpus, terminal)
                 wake = Wake(jd.kv_root)  # after the forks: no child inherits its descriptors
@@ -611,7 +624,8 @@ class LocalJob:
         attempt, gang, _ = kvmod.wanted(store)
         if gang <= procs.gang:
             return False
-        end_launchers(procs.launchers, self.job_id, procs.gang, RESTART_EXIT_WAIT_S)
+        end_launchers(procs.launchers, self.job_id, procs.gang, RESTART_EXIT_WAIT_S,
+                      bool(procs.docker))
         procs.gang, procs.attempt = gang, attempt
         relaunch()
         return True
@@ -686,7 +700,7 @@ def report_dead_launchers(procs: Procs, store: kvmod.KV, job_id: str,
             continue
         procs.ended.add(p.pid)
         if p.returncode != 0:
-            end_leftovers(job_id, container, procs.gang)
+            end_leftovers(job_id, container, procs.gang, bool(procs.docker))
         for task in container.tasks:
             if store.get(kvmod.exit_key(task)) is None and store.get(kvmod.lost_key(task)) is None:
                 store.put(kvmod.lost_key(task), json.dumps({

@@ -16,6 +16,8 @@ from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.progress import Progress
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
+from tfyarn.hdfs import siteconf
+from tfyarn.runtime import docker as dockerrun
 
 
 def _archive(entries: list[tuple[str, str]], dest: str, what: str) -> None:
@@ -92,12 +94,15 @@ def _cached(cache: Any, local: str, what: str) -> str:
     return uri
 
 
-def load_defaults(settings: Settings) -> appspec.ClusterDefaults:
-    """Site defaults from TFYARN_CONF, ~/.config/tfyarn/tfyarn.yaml or /etc/tfyarn/tfyarn.yaml."""
-    for path in settings.conf_files():
-        if os.path.isfile(path):
-            return _parse_defaults(path)
-    return appspec.ClusterDefaults()
+def load_defaults(settings: Settings, conf_dir: str | None = None) -> appspec.ClusterDefaults:
+    """Site defaults from TFYARN_CONF, ~/.config/tfyarn/tfyarn.yaml or /etc/tfyarn/tfyarn.yaml,
+    with `docker: runtime: auto` resolved from the cluster's yarn-site.xml in `conf_dir`."""
+    found = next((p for p in settings.conf_files() if os.path.isfile(p)), None)
+    defaults = _parse_defaults(found) if found else appspec.ClusterDefaults()
+    if defaults.docker_runtime != "auto":
+        return defaults
+    site = siteconf.read_site(os.path.join(conf_dir, "yarn-site.xml")) if conf_dir else {}
+    return dataclasses.replace(defaults, docker_runtime=dockerrun.runtime_for(site))
 
 
 def _parse_defaults(path: str) -> appspec.ClusterDefaults:
@@ -115,10 +120,15 @@ def _parse_defaults(path: str) -> appspec.ClusterDefaults:
     if not isinstance(docker, dict) or not isinstance(env, dict) \
             or not isinstance(docker.get("mounts") or [], list):
         raise SpecError(f"site defaults {path}: expected a mapping with `docker:` (network, "
-                        f"mounts list) and `env:` mappings; {fix}")
+                        f"mounts list, runtime) and `env:` mappings; {fix}")
+    runtime = str(docker.get("runtime", "auto"))
+    if runtime not in dockerrun.RUNTIMES:
+        raise SpecError(f"site defaults {path}: docker: runtime: {runtime!r} is not one of "
+                        f"{', '.join(dockerrun.RUNTIMES)}; {fix}")
     return appspec.ClusterDefaults(
         docker_network=str(docker.get("network", "host")),
         docker_mounts=tuple(str(m) for m in docker.get("mounts") or ()),
+        docker_runtime=runtime,
         extra_env={str(k): str(v) for k, v in env.items()})
 
 

@@ -189,7 +189,7 @@ def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
                      interrupts: Interrupts | None = None) -> int:
     interrupts = interrupts or Interrupts()
     require_client(opts)
-    defaults = staging.load_defaults(settings)
+    defaults = staging.load_defaults(settings, settings.conf_dir(opts.conf_dir))
     with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:
         staged = staging.use_cache(staging.stage(spec, tmp), settings, opts.conf_dir)
         app_spec = appspec.application_spec(spec, staged, defaults)

@@ -73,6 +73,8 @@ def describe_exit(task: Task | str, rec: Mapping) -> str:
     code = rec.get("code")
     if rec.get("rank") is not None:
         task = f"{task} (rank {rec['rank']})"
+    if rec.get("explained"):  # the launcher said what happened (docker's memory kill, a
+        return f"{task}: {rec.get('reason')}"  # node that cannot run the task's image)
     if rec.get("yarn"):
         phrase = rec.get("reason") or ""
         return f"{task} {phrase}" if phrase.startswith("was ") else f"{task}: {phrase}"
@@ -143,6 +145,18 @@ YARN_ENDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
 TAKEN_BACK = (PREEMPTED, LOST_NODE, DISKS)  # the cluster took it back: not the task's doing
 
 
+def memory_phrase(flag: str, memory_mb: int) -> str:
+    return f"container killed for exceeding its memory: raise {flag} (now {memory_mb} MB)"
+
+
+def memory_end(code: int | None, flag: str, memory_mb: int, limit_mb: int) -> dict:
+    """The exit record's account of a task the kernel killed at its docker container's
+    memory limit (`limit_mb`: its share of the YARN container): never retried, as
+    YARN's own memory kill."""
+    return {"code": code, "cause": PERMANENT, "explained": True,
+            "reason": f"{memory_phrase(flag, memory_mb)} [docker: OOMKilled at {limit_mb} MB]"}
+
+
 def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
              node: str = "") -> dict:
     """The record of a task whose container YARN ended before its launcher reported,
@@ -154,8 +168,7 @@ def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
     if found is not None:
         _, cause, phrase = found
     if phrase == "memory":
-        phrase = (f"container killed for exceeding its memory: raise {memory_flag} "
-                  f"(now {memory_mb} MB)")
+        phrase = memory_phrase(memory_flag, memory_mb)
     if node:
         phrase = phrase.replace("its node", f"its node {node}")
     return {"code": None, "lost": True, "yarn": message.strip(), "cause": cause,

@@ -23,12 +23,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.policy import stderr_excerpt
+from tfyarn.core.policy import PERMANENT, memory_end, stderr_excerpt
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import (
@@ -53,7 +53,7 @@ from tfyarn.core.timing import (
 from tfyarn.hdfs import plugin as hdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import users_env
-from tfyarn.runtime import proc
+from tfyarn.runtime import docker, proc
 
 TAG_VAR = "TFYARN_TASK_TAG"  # marks every process of one launcher's tree, for the watchdog
 
@@ -84,18 +84,6 @@ def shell_argv(command: str, path: str | None = None) -> list[str]:
     bash = next((os.path.join(d, "bash") for d in dirs
                  if d and os.access(os.path.join(d, "bash"), os.X_OK)), None)
     return [bash or "/bin/sh", "-c", command]
-
-
-def docker_argv(image: str, command: str, cwd: str, env_keys: Sequence[str], name: str,
-                job_id: str) -> list[str]:
-    """`docker run` for local `-m docker`: host network (TF ports), the task dir mounted
-    at the same path, the task's env passed by name, labelled for clean-up."""
-    argv = ["docker", "run", "--rm", "--init", "--network", "host", "--name", name,
-            "--label", f"tfyarn.job={job_id}"]
-    argv += ["-v", f"{cwd}:{cwd}", "-w", cwd]
-    for key in env_keys:
-        argv += ["-e", key]
-    return [*argv, image, "/bin/sh", "-c", command]
 
 
 @dataclass
@@ -210,6 +198,8 @@ class Slot:
     child: subprocess.Popen | None = None
     pumps: tuple[proc.LinePump, ...] = ()
     rank: int | None = None
+    container: str = ""  # -m docker: its docker container's name
+    gpus: list[str] = field(default_factory=list)  # -m docker: the node's GPU ids it gets
 
 
 def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int],
@@ -242,7 +232,7 @@ class LaunchArgs:
     tasks: tuple[Task, ...]
     store_url: str
     gpus: str  # "auto" (YARN: ask the container), "none", or a list of device ids
-    docker_image: str | None
+    docker: docker.DockerRun | None  # -m docker: how this container's tasks run in the image
     attempt: int = 0  # which run of the user command this is (restarts; TFYARN_ATTEMPT)
     gang: int = 0  # which gang of containers: keys are read and written under it
     watchdog: bool = True  # fork one (YARN); local mode's client does its work instead
@@ -255,7 +245,12 @@ def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
                    "worker:1 (never derived)")
     p.add_argument("--kv", required=True, help="dir:/path or skein:")
     p.add_argument("--gpus", default="auto", help="GPU ids of this container, none, or auto")
-    p.add_argument("--docker-image", help="local -m docker: run the command in this image")
+    p.add_argument("--docker-image", help="-m docker: run the command in this image")
+    p.add_argument("--docker-runtime", choices=docker.RUNTIMES[1:], default="tfyarn",
+                   help="tfyarn: `docker run` from here; yarn: YARN's runtime put us in it")
+    p.add_argument("--docker-network", default="host", help="-m docker: the site's network")
+    p.add_argument("--docker-mount", action="append", default=[],
+                   help="-m docker: a site mount, src:dst[:ro|rw] (repeatable)")
     p.add_argument("--attempt", type=int, default=0, help="the gang's attempt number (0 first; "
                    "restarts count up; the tasks' TFYARN_ATTEMPT)")
     p.add_argument("--gang", type=int, help="the gang's number (default: --attempt; never "
@@ -267,8 +262,9 @@ def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
         job = JobSpec.from_json(f.read())
     tasks = tuple(Task.parse(t) for t in ns.tasks.split(","))
     gang = ns.attempt if ns.gang is None else ns.gang
-    return LaunchArgs(job, tasks, ns.kv, ns.gpus, ns.docker_image, ns.attempt, gang,
-                      not ns.no_watchdog)
+    run = docker.DockerRun(ns.docker_image, ns.docker_network, tuple(ns.docker_mount),
+                           ns.docker_runtime) if ns.docker_image else None
+    return LaunchArgs(job, tasks, ns.kv, ns.gpus, run, ns.attempt, gang, not ns.no_watchdog)
 
 
 @dataclass
@@ -288,6 +284,13 @@ class Launcher:
         """Register every task, wait for the cluster, run and supervise the processes."""
         host = self.settings.advertise_host or socket.getfqdn()
         self.store.expect([kvmod.CLUSTER, kvmod.STOP])  # before the driver can put them
+        unfit = self.docker_problem(host)
+        if unfit:
+            for task in self.args.tasks:
+                say(unfit, task)
+                self.publish(task, "-:0", None, {"code": 1, "stopped": False, "cause": PERMANENT,
+                                                 "explained": True, "reason": unfit})
+            return
         slots = []
         for j, task in enumerate(self.args.tasks):
             sock = reserve_port()
@@ -310,6 +313,18 @@ class Launcher:
         for slot in slots:
             self.start(slot, self.env_for(slot, cluster, ranks, devices))
         supervise(slots, self.flag, self.args.job.stop_grace_s, {self.watchdog}, self.ended)
+
+    def docker_problem(self, host: str) -> str | None:
+        """Why this node cannot run the tasks in their image (-m docker), else None:
+        checked before registering, so the job fails at once, saying what to ask for."""
+        run = self.args.docker
+        if run is None:
+            return None
+        if run.runtime == "yarn":
+            return None if docker.started_in_image(proc.ancestors()) \
+                else docker.outside_image(host, run.image)
+        why = docker.unusable()
+        return None if why is None else docker.node_problem(host, self.settings.user, why)
 
     def devices(self) -> list[str]:
         if self.args.gpus == "auto":
@@ -334,16 +349,42 @@ class Launcher:
             job.checkpoint_dir, job_id, self.settings.user), job.tensorboard_dir))
         k = len(self.args.tasks)
         env.update(device_env(devices, k, slot.index, shared=not job.allreduce))
-        env.update(hdfs.plugin_env({**os.environ, **env}))  # `import tensorflow` reads hdfs://
+        if self.in_docker:  # docker numbers the slot's GPUs from 0; no host paths in there
+            slot.gpus = [d for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d]
+            env.update(docker.gpu_options(slot.gpus)[1])
+        else:
+            env.update(hdfs.plugin_env({**os.environ, **env}))  # `import tensorflow`: hdfs://
         return env
+
+    @property
+    def in_docker(self) -> bool:
+        """Whether this launcher starts its tasks with `docker run` (-m docker, tfyarn's
+        runtime); under YARN's runtime it already runs in the image."""
+        return self.args.docker is not None and self.args.docker.runtime == "tfyarn"
+
+    def docker_argv(self, slot: Slot, env_vars: Mapping[str, str]) -> list[str]:
+        a, job_id = self.args, self.settings.job_id or "unknown"
+        assert a.docker is not None
+        res = a.job.container_of(slot.task).resources
+        cwd = os.getcwd()
+        extra = [env_vars.get(k, "") for k in ("TFYARN_CHECKPOINT_DIR", "TFYARN_TENSORBOARD_DIR")]
+        for d in extra:
+            if os.path.isabs(d):
+                os.makedirs(d, exist_ok=True)
+        labels = {docker.LABEL_JOB: job_id, docker.LABEL_LAUNCHER: self.tag,
+                  docker.LABEL_HOST: slot.addr.rsplit(":", 1)[0]}
+        return docker.run_argv(
+            a.docker, a.job.command, name=slot.container, labels=labels,
+            env_keys=sorted(env_vars), mounts=docker.workdir_mounts(cwd, extra), cwd=cwd,
+            user=f"{os.getuid()}:{os.getgid()}", memory_mb=res.memory_mb // len(a.tasks),
+            gpus=slot.gpus)
 
     def start(self, slot: Slot, env_vars: dict[str, str]) -> None:
         a, job_id = self.args, self.settings.job_id or "unknown"
         env = users_env({**os.environ, **env_vars, TAG_VAR: slot.tag})
-        if a.docker_image:
-            name = f"tfyarn-{job_id}-{slot.task.type}-{slot.task.index}"
-            argv = docker_argv(a.docker_image, a.job.command, os.getcwd(), list(env_vars), name,
-                               job_id)
+        if self.in_docker:
+            slot.container = docker.container_name(job_id, a.gang, str(slot.task))
+            argv = self.docker_argv(slot, env_vars)
         else:
             argv = shell_argv(a.job.command)
         slot.child = proc.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -361,9 +402,16 @@ class Launcher:
         for pump in slot.pumps:
             pump.join(timeout=2.0)
         tail = list(stderr_excerpt(list(slot.pumps[1].tail))) if slot.pumps else []
-        self.publish(slot.task, slot.addr, slot.rank,
-                     {"code": code, "stopped": self.flag.reason is not None,
-                      "reason": self.flag.reason, "tail": tail})
+        record = {"code": code, "stopped": self.flag.reason is not None,
+                  "reason": self.flag.reason, "tail": tail}
+        if slot.container:  # the daemon's child, not ours: removed here, whatever ended it
+            if code and docker.oom_killed(slot.container):
+                res = self.args.job.container_of(slot.task).resources
+                flag = "-pm" if slot.task.type == "ps" else "-wm"
+                record.update(memory_end(code, flag, res.memory_mb,
+                                         res.memory_mb // len(self.args.tasks)))
+            proc.remove_containers(f"name=^{slot.container}$")
+        self.publish(slot.task, slot.addr, slot.rank, record)
 
     def publish(self, task: Task, addr: str, rank: int | None, record: dict) -> None:
         """The task's exit record, once: the driver's input, sent as soon as it is known."""
@@ -391,7 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = Settings.from_environ()
     tag = container_tag(settings.job_id or "unknown", args.tasks[0], args.gang)
-    watchdog = proc.start_watchdog(TAG_VAR, f"{tag}.") if args.watchdog else -1  # no thread yet
+    containers = f"label={docker.LABEL_LAUNCHER}={tag}" if args.docker else None
+    watchdog = proc.start_watchdog(TAG_VAR, f"{tag}.", containers) if args.watchdog else -1
     proc.set_subreaper()
     flag = StopFlag()
     install_signal_handlers(flag)

@@ -475,6 +475,21 @@ def process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
+def ancestors(pid: int | None = None) -> list[tuple[int, str]]:
+    """(pid, command line) of each process above `pid` (default: this one), parent first,
+    as far as this pid namespace shows them."""
+    out, pid = [], os.getpid() if pid is None else pid
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                out.append((pid, f.read().replace(b"\0", b" ").decode(errors="replace")))
+        except (OSError, IndexError, ValueError):
+            break
+    return out
+
+
 def descendants(root: int, exclude: Collection[int] = ()) -> list[int]:
     """Live (non-zombie) descendants of `root`, parents before children, found by walking
     its children: the cost is the tree's, not the machine's process count (hundreds of
@@ -602,11 +617,12 @@ def stop_tagged(var: str, value: str, grace: float, keep: Collection[int] = ()) 
     kill_rounds(find)
 
 
-def start_watchdog(var: str, value: str) -> int:
+def start_watchdog(var: str, value: str, containers: str | None = None) -> int:
     """Fork a watchdog in its own session that, once this process is gone however it went
     (SIGKILL included: the kernel closes our end of a pipe), kills every process whose
-    `var` starts with `value`. Call first thing, before any thread exists. Returns the
-    watchdog's pid."""
+    `var` starts with `value`, and removes the docker containers that the filter
+    `containers` matches (children of the docker daemon, not ours). Call first thing,
+    before any thread exists. Returns the watchdog's pid."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the watchdog: outside our process group, so a group kill misses it
@@ -620,6 +636,7 @@ def start_watchdog(var: str, value: str) -> int:
             while os.read(r, 64):
                 pass
             n = kill_rounds(lambda: tagged(var, value, prefix=True))
+            n += remove_containers(containers) if containers else 0
             if n:
                 os.write(2, f"tfyarn: watchdog: killed {n} processes left behind\n".encode())
         finally:
@@ -630,6 +647,24 @@ def start_watchdog(var: str, value: str) -> int:
 
 
 _held: list[int] = []
+
+
+def remove_containers(match: str, timeout: float = 60.0) -> int:
+    """Remove (killing first) every docker container, running or not, that the `docker ps`
+    filter `match` selects (`label=K=V`, `name=^N$`); returns how many. A task's container
+    is the docker daemon's child, so ending the launcher's tree never ends it: whoever
+    ends a tree calls this too."""
+    try:
+        ids = subprocess.run(["docker", "ps", "-aq", "--filter", match],
+                             capture_output=True, text=True, timeout=timeout,
+                             check=False).stdout.split()
+        if ids:
+            subprocess.run(["docker", "rm", "-f", *ids], capture_output=True, timeout=timeout,
+                           check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        os.write(2, f"tfyarn: could not remove docker containers {match}: {exc}\n".encode())
+        return 0
+    return len(ids)
 
 
 # ---------------------------------------------------------------- output
