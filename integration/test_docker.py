@@ -17,8 +17,9 @@ import sys
 from pathlib import Path
 
 import conftest
+import dockerbox
 import pytest
-from conftest import APP_ID, REPO, aggregated_logs, final_state, node_processes, wait_until
+from conftest import APP_ID, aggregated_logs, final_state, node_processes, wait_until
 
 from tfyarn.runtime import docker
 
@@ -28,11 +29,7 @@ SMALL = ["-pm", "512", "-wm", "512"]
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    out = subprocess.run([str(REPO / "scripts" / "docker-sandbox"), "start"],
-                         capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        pytest.fail(f"scripts/docker-sandbox start failed:\n{out.stderr[-3000:]}", pytrace=False)
-    return out.stdout.strip()
+    return dockerbox.test_image()
 
 
 @pytest.fixture

@@ -13,8 +13,9 @@ import signal
 import subprocess
 from pathlib import Path
 
+import dockerbox
 import pytest
-from conftest import REPO, job_processes
+from conftest import job_processes
 from test_faults import launcher_pid, running, start, wait_for
 
 from tfyarn.core.policy import decide
@@ -24,20 +25,7 @@ from tfyarn.runtime import docker, proc
 
 @pytest.fixture(scope="session")
 def image() -> str:
-    """The test image on a daemon that answers (started and built here if need be)."""
-    required = os.environ.get("TFYARN_REQUIRE_DOCKER") == "1"
-    if not required and docker.unusable() is not None and not _installed("dockerd"):
-        pytest.skip("no Docker Engine here (scripts/docker-sandbox start installs one)")
-    out = subprocess.run([str(REPO / "scripts" / "docker-sandbox"), "start"],
-                         capture_output=True, text=True, timeout=900)
-    if out.returncode != 0:
-        pytest.fail(f"scripts/docker-sandbox start failed:\n{out.stderr[-3000:]}", pytrace=False)
-    return out.stdout.strip()
-
-
-def _installed(cmd: str) -> bool:
-    return any(os.access(os.path.join(d, cmd), os.X_OK)
-               for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/sbin"])
+    return dockerbox.test_image()
 
 
 def os_release(image: str | None = None) -> str:
