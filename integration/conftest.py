@@ -111,11 +111,11 @@ def apps(request):
 def el_submit(apps, tmp_path):
     """Run el_submit (no --local) with the node's python = this interpreter (-m local)."""
 
-    def run(*args: str, cwd: Path | None = None, timeout: float = 900):
+    def run(*args: str, cwd: Path | None = None, timeout: float = 900, env: dict | None = None):
         cmd = [sys.executable, "-m", "tfyarn.cli", *args[:args.index("-c")],
                "--python", sys.executable, *args[args.index("-c"):]]
         out = subprocess.run(cmd, cwd=cwd or tmp_path, capture_output=True, text=True,
-                             timeout=timeout)
+                             timeout=timeout, env={**os.environ, **(env or {})})
         app_id = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
         if APP_ID.match(app_id):
             apps.append(app_id)

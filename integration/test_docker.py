@@ -19,7 +19,7 @@ from pathlib import Path
 import conftest
 import dockerbox
 import pytest
-from conftest import APP_ID, aggregated_logs, final_state, node_processes, wait_until
+from conftest import aggregated_logs, final_state, node_processes, wait_until
 
 from tfyarn.runtime import docker
 
@@ -33,25 +33,19 @@ def image() -> str:
 
 
 @pytest.fixture
-def submit(apps, tmp_path):
-    """el_submit on YARN, the launchers on the nodes' python (this one); `env` beside."""
+def submit(el_submit, apps, tmp_path):
+    """el_submit on YARN (conftest's), or in the background: (Popen, application id)."""
 
-    def run(*args: str, env: dict | None = None, background: bool = False, timeout: float = 600):
+    def run(*args: str, env: dict | None = None, background: bool = False):
+        if not background:
+            return el_submit(*args, env=env, timeout=600)
         cmd = [sys.executable, "-m", "tfyarn.cli", *args[:args.index("-c")],
                "--python", sys.executable, *args[args.index("-c"):]]
-        full = {**os.environ, **(env or {})}
-        if background:
-            proc = subprocess.Popen(cmd, cwd=tmp_path, env=full, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True)
-            app_id = proc.stdout.readline().strip()
-            apps.append(app_id)
-            return proc, app_id
-        out = subprocess.run(cmd, cwd=tmp_path, env=full, capture_output=True, text=True,
-                             timeout=timeout)
-        app_id = out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
-        if APP_ID.match(app_id):
-            apps.append(app_id)
-        return out, app_id
+        proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        app_id = proc.stdout.readline().strip()
+        apps.append(app_id)
+        return proc, app_id
 
     return run
 

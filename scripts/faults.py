@@ -127,9 +127,9 @@ ROWS: list[tuple[str, list[str], Callable | None, int, str | None]] = [
     ("a task leaves a daemon and exits 0", [*W2, "setsid sleep 300 & true"], None, 0, None),
     ("bad input (-wn 0)", ["-t", "tensorflow-worker", "-wn", "0", "--local", "-c", "true"],
      None, 0, None),
-    ("-m docker without a docker daemon",
-     ["-m", "docker", "-m_arg", "img", "-t", "standalone", "--local", "-c", "true"], None, 0,
-     None),
+    ("-m docker without a docker daemon", [], None, 0,
+     f"DOCKER_HOST=unix:///nonexistent.sock exec {PY} -m tfyarn.cli -m docker -m_arg img "
+     "-t standalone --local -c true"),
     ("TMPDIR is a file", [], None, 0,
      f"TMPDIR=/etc/hostname exec {PY} -m tfyarn.cli -t standalone --local -c true"),
     ("ulimit -n 64, 32 tasks", [], None, 0,
