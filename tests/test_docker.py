@@ -130,6 +130,20 @@ def test_local_docker_job_runs_in_its_image_as_in_local_mode(el_submit, image, t
     assert containers(out.stdout.strip()) == []
 
 
+def test_the_sites_docker_mounts_reach_the_task(el_submit, image, tmp_path):
+    """tfyarn.yaml's `docker: mounts:` (YARN's src:dst:mode syntax), as on YARN."""
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "core-site.xml").write_text("<configuration/>\n")
+    conf = tmp_path / "tfyarn.yaml"
+    conf.write_text(f"docker:\n  network: host\n  mounts: [{tmp_path}/site:/etc/hadoop/conf:ro]\n")
+    out = el_submit("-t", "standalone", "--local", "-m", "docker", "-m_arg", image, "-c",
+                    "cat /etc/hadoop/conf/core-site.xml; touch /etc/hadoop/conf/x || echo RO",
+                    env={"TFYARN_CONF": str(conf)})
+    assert out.returncode == 0, out.stderr
+    assert "<configuration/>" in out.stderr and "RO" in out.stderr.split()
+    assert not (tmp_path / "site" / "x").exists()
+
+
 def test_local_docker_job_failure_names_the_code_and_its_stderr(el_submit, image):
     out = el_submit("-t", "standalone", "--local", "-m", "docker", "-m_arg", image, "-c",
                     "echo 'ValueError: bad input' >&2; exit 3")

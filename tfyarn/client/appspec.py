@@ -115,7 +115,8 @@ def check_python(py: str, what: str) -> str:
     return (f"if ! {q} -c 'import tfyarn, skein' 2>/dev/null; then\n"
             f'  echo "tfyarn: {what}: cannot import tfyarn and skein with {py} on $(hostname):'
             ' install tfyarn on every node (-m local, see --python), pack it into the env'
-            ' (-m virtual-env) or the image (-m docker)" >&2\n  exit 1\nfi\n')
+            ' (-m virtual-env) or, under YARN\'s Docker runtime, the image (-m docker)" >&2\n'
+            '  exit 1\nfi\n')
 
 
 def task_script(spec: JobSpec, container: Container, staged: Staged,

@@ -64,18 +64,6 @@ def new_job_id() -> str:
 # ---------------------------------------------------------------- pre-flight (no process yet)
 
 
-def docker_reachable() -> str | None:
-    """None if a docker daemon answers, else why not."""
-    if shutil.which("docker") is None:
-        return "no docker command on PATH"
-    try:
-        r = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
-                           capture_output=True, text=True, timeout=10)
-    except subprocess.TimeoutExpired:
-        return "docker info timed out"
-    return None if r.returncode == 0 else (r.stderr.strip().splitlines() or ["no daemon"])[-1]
-
-
 def launcher_docker_options(spec: JobSpec, settings: Settings) -> list[str]:
     """-m docker: the launchers' options for the image and the site's docker network and
     mounts (tfyarn.yaml); locally the launchers always run `docker run` themselves."""
@@ -133,7 +121,7 @@ def preflight(spec: JobSpec, settings: Settings) -> tuple[str, filesmod.Inventor
     temp root and what -f ships."""
     root = temp_root(settings)
     if spec.runtime.mode == "docker":
-        why = docker_reachable()
+        why = dockerrun.unusable()
         if why:
             raise EnvironmentMissing(f"-m docker needs a reachable docker daemon ({why}); "
                                      "start docker or use -m local / -m virtual-env")

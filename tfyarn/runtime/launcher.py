@@ -439,7 +439,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = Settings.from_environ()
     tag = container_tag(settings.job_id or "unknown", args.tasks[0], args.gang)
-    containers = f"label={docker.LABEL_LAUNCHER}={tag}" if args.docker else None
+    containers = f"label={docker.LABEL_LAUNCHER}={tag}" \
+        if args.docker and args.docker.runtime == "tfyarn" else None  # `docker run`s to end
     watchdog = proc.start_watchdog(TAG_VAR, f"{tag}.", containers) if args.watchdog else -1
     proc.set_subreaper()
     flag = StopFlag()
