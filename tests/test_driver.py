@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from pathlib import Path
 
 from conftest import real_memory_kill_message
 
@@ -103,6 +104,11 @@ def test_timeout_fails_the_job(tmp_path):
 # add_container); the driver, its rules and the store are the real ones.
 
 
+# what skein says of a container its ApplicationMaster killed (YARN's -105), captured
+AM_KILL = re.search(r"exit_message='([^']*)'", (Path(__file__).parent / "fixtures" /
+                    "hadoop-3.3.6-nodes" / "skein-container-killed-by-am.txt").read_text())[1]
+
+
 class FakeApp:
     """skein's view of the app's containers: attempt 0's from the spec, then added ones."""
 
@@ -127,7 +133,7 @@ class FakeApp:
         return SimpleNamespace(id=cid)
 
     def kill_container(self, cid):
-        self.containers[cid][0] = "KILLED"
+        self.containers[cid] = ["KILLED", AM_KILL]
         self.killed.append(cid)
 
 

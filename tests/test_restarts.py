@@ -138,8 +138,6 @@ def test_yarn_container_ends():
                    "(now 256 MB)")
     cases = {
         REAL_MEMORY_KILL: memory_kill,  # what Hadoop 3.3.6 + skein 0.8.2 really say
-        "Container killed by YARN for exceeding memory limits. 1.2 GiB of 256 MiB physical "
-        "memory used": memory_kill,
         "Container preempted by scheduler": (policy.RETRYABLE, "was preempted by YARN"),
         # a lost node, and a gracefully decommissioned one after its timeout (captured)
         "Container released on a *lost* node": (policy.RETRYABLE, "was lost with its node"),
@@ -158,8 +156,7 @@ def test_yarn_container_ends():
 
 def test_yarn_word_wins_over_a_stopped_record():
     stopped = {"code": -15, "stopped": True, "reason": "launcher received SIGTERM", "time": 5.0}
-    memory = policy.yarn_end("Container killed by YARN for exceeding memory limits", 256, "-wm",
-                             9.0)
+    memory = policy.yarn_end(REAL_MEMORY_KILL, 256, "-wm", 9.0)
     t = Task("worker", 1)
     merged = policy.merge_records({t: stopped}, {}, {t: memory})
     assert merged[t]["yarn"] and merged[t]["time"] == 5.0
