@@ -20,7 +20,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
-from tfyarn.client import appspec, common, rm, staging
+from tfyarn.client import appspec, common, kerberos, rm, staging
 from tfyarn.client.follow import LiveLogs
 from tfyarn.client.interrupts import Interrupts
 from tfyarn.core.errors import (
@@ -69,11 +69,18 @@ class ClientOptions:
 
 
 def require_client(opts: ClientOptions) -> None:
-    """Refuse early, before staging anything or touching ~/.skein, if YARN can't be reached."""
+    """Refuse early, before staging anything or touching ~/.skein, if YARN can't be reached
+    or (Kerberos) cannot be logged in to: no ticket, an expired one, a keytab without the
+    principal's key. A warm driver logged in already."""
     if opts.keytab and not os.path.isfile(opts.keytab):
         raise SpecError(f"--keytab: {opts.keytab!r} does not exist")
     if shutil.which("yarn") is None:
         raise EnvironmentMissing(f"{NO_HADOOP} (missing: yarn)")
+    settings = Settings.from_environ()
+    conf_dir = settings.conf_dir(opts.conf_dir)
+    warm = (warm_driver() or {}).get("conf_dir") == os.environ.get("HADOOP_CONF_DIR")
+    if opts.keytab or not warm:
+        kerberos.check_login(conf_dir, opts.principal, opts.keytab, settings.kerberos_env())
 
 
 def _start_client(opts: ClientOptions, log: str, conf_dest: str) -> Yarn:
@@ -84,7 +91,8 @@ def _start_client(opts: ClientOptions, log: str, conf_dest: str) -> Yarn:
         warm = Yarn.warm(os.environ.get("HADOOP_CONF_DIR"))
         if warm is not None:
             return warm
-    return Yarn.start(opts.principal, opts.keytab, log, driver_conf(conf_dest))
+    return Yarn.start(opts.principal, opts.keytab, log, driver_conf(conf_dest),
+                      Settings.from_environ().java_options())
 
 
 def driver_conf(dest: str) -> str | None:
@@ -124,7 +132,8 @@ def _start_warm(conf_dir: str | None, opts: ClientOptions) -> None:
         shutil.rmtree(own, ignore_errors=True)
         conf = None  # never recorded: `driver stop` removes what is recorded
     try:
-        address = Yarn.start_warm(conf_dir, opts.principal, opts.keytab, log, conf)
+        address = Yarn.start_warm(conf_dir, opts.principal, opts.keytab, log, conf,
+                                  settings.java_options())
     except BaseException:  # no driver started: nothing reads it
         shutil.rmtree(own, ignore_errors=True)
         raise

@@ -28,6 +28,8 @@ class Settings:
     cache: str | None = None  # TFYARN_CACHE: a site's cache dir (may be cluster-wide)
     xdg_cache: str | None = None  # XDG_CACHE_HOME
     container_dir: str | None = None  # in a YARN container: its app's first LOCAL_DIRS entry
+    krb5_config: str | None = None  # KRB5_CONFIG: MIT's tools read it, Java does not
+    krb5_ccache: str | None = None  # KRB5CCNAME: the ticket cache (MIT's tools, Java)
 
     def cache_dirs(self) -> list[str]:
         """tfyarn's cache dirs, first usable wins: $TFYARN_CACHE; in a YARN container its
@@ -84,7 +86,24 @@ class Settings:
             xdg_cache=e.get("XDG_CACHE_HOME") or None,
             container_dir=(e["LOCAL_DIRS"].split(",")[0] if e.get("CONTAINER_ID")
                            and e.get("LOCAL_DIRS") else None),
+            krb5_config=e.get("KRB5_CONFIG") or None,
+            krb5_ccache=e.get("KRB5CCNAME") or None,
         )
+
+    def kerberos_env(self) -> dict[str, str]:
+        """The environment MIT's `klist` needs to find this user's tickets."""
+        env = {"PATH": self.path, "HOME": self.home}
+        for key, value in (("KRB5_CONFIG", self.krb5_config), ("KRB5CCNAME", self.krb5_ccache)):
+            if value:
+                env[key] = value
+        return env
+
+    def java_options(self) -> list[str]:
+        """Options for a JVM tfyarn starts (skein's driver): the Kerberos configuration
+        KRB5_CONFIG names (its first file; MIT's tools take a list), which Java ignores
+        and would read /etc/krb5.conf instead, another realm or none."""
+        first = (self.krb5_config or "").split(":")[0]
+        return [f"-Djava.security.krb5.conf={first}"] if first else []
 
     def conf_dir(self, given: str | None = None) -> str | None:
         """The Hadoop client configuration: -conf, else HADOOP_CONF_DIR, else the

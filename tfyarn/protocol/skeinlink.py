@@ -272,9 +272,10 @@ class Yarn:
 
     @classmethod
     def start(cls, principal: str | None, keytab: str | None, log: str,
-              driver_conf: str | None = None) -> Yarn:
+              driver_conf: str | None = None, java_options: Sequence[str] = ()) -> Yarn:
         """Start skein's driver, logging to `log`, with the Hadoop client configuration
-        `driver_conf` (None: HADOOP_CONF_DIR's); what is missing is one line."""
+        `driver_conf` (None: HADOOP_CONF_DIR's) and `java_options` for its JVM; what is
+        missing is one line."""
         import skein
 
         # skein.Client.__del__ raises on a client whose start failed: keep that noise
@@ -285,11 +286,14 @@ class Yarn:
             try:
                 with _conf_dir(driver_conf):
                     return cls(skein.Client(principal=principal, keytab=keytab, log=log,
-                                            log_level="INFO"))
+                                            log_level="INFO", java_options=list(java_options)))
             except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
                 message = _start_failure(exc)
         finally:
             sys.unraisablehook = hook
+        refused = login_refused(log, principal, keytab)
+        if refused:
+            raise SpecError(refused)
         raise EnvironmentMissing(f"{message} (skein's driver log: {log})")
 
     @classmethod
@@ -312,7 +316,8 @@ class Yarn:
 
     @staticmethod
     def start_warm(conf_dir: str | None, principal: str | None, keytab: str | None,
-                   log: str, driver_conf: str | None = None) -> str:
+                   log: str, driver_conf: str | None = None,
+                   java_options: Sequence[str] = ()) -> str:
         """Start (or find) skein's global driver, for this configuration; its address.
         `driver_conf`, where given, is a dir of tfyarn's own that the JVM reads instead
         of HADOOP_CONF_DIR: removed when the driver is stopped, so never the site's."""
@@ -320,9 +325,13 @@ class Yarn:
 
         try:
             with _conf_dir(driver_conf):
-                address = skein.Client.start_global_driver(principal=principal, keytab=keytab,
-                                                           log=log, log_level="INFO")
+                address = skein.Client.start_global_driver(
+                    principal=principal, keytab=keytab, log=log, log_level="INFO",
+                    java_options=list(java_options))
         except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
+            refused = login_refused(log, principal, keytab)
+            if refused:
+                raise SpecError(refused) from None
             raise EnvironmentMissing(f"{_start_failure(exc)} (skein's driver log: {log})") \
                 from None
         _write_warm({"address": address, "conf_dir": conf_dir, "log": log,
@@ -470,6 +479,29 @@ def warm_driver() -> dict | None:
     return _read_warm()
 
 
+LOGIN_FAILED = "KerberosAuthException: failure to login:"
+
+
+def login_refused(log: str, principal: str | None, keytab: str | None) -> str | None:
+    """The one line for a driver that Kerberos refused to log in (a keytab whose key is
+    not the principal's current one, a ticket cache of another realm), from its log;
+    None when the log says nothing of the kind."""
+    try:
+        with open(log, encoding="utf-8", errors="replace") as f:
+            line = next((x for x in f if LOGIN_FAILED in x), None)
+    except OSError:
+        return None
+    if line is None:
+        return None
+    why = line.split("LoginException:")[-1].strip() or line.split(LOGIN_FAILED)[1].strip()
+    if keytab:
+        return (f"Kerberos refused --principal {principal} with --keytab {keytab} ({why}): the "
+                f"keytab's key is not {principal}'s current one; get a fresh keytab for it, "
+                f"or kinit {principal} and drop --principal/--keytab")
+    return (f"Kerberos refused the ticket cache's login ({why}): check KRB5_CONFIG (the "
+            "cluster's realm) and run kinit YOU@REALM, or pass --principal and --keytab")
+
+
 def _start_failure(exc: BaseException) -> str:
     if isinstance(exc, FileNotFoundError):
         return f"{NO_HADOOP} (missing: {exc.filename or exc})"
@@ -488,6 +520,9 @@ def keeping_log(log: str) -> Iterator[None]:
     except YarnUnreachable as exc:
         keep = True
         raise YarnUnreachable(f"{exc} (skein's driver log: {log})") from None
+    except EnvironmentMissing as exc:  # its message names the log already
+        keep = log in str(exc)
+        raise
     finally:
         if not keep and log != os.devnull:
             with contextlib.suppress(FileNotFoundError):
