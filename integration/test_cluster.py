@@ -337,7 +337,12 @@ def test_a_resourcemanager_restart_mid_job_is_ridden_through(tmp_path, apps, who
     assert f"{app_id} SUCCEEDED" in err
     assert final_state(app_id) == "FINISHED/SUCCEEDED"
     status_out, status_err = status.communicate(timeout=120)
-    assert status.returncode == 0 and "state: RUNNING" in status_out, status_out + status_err
+    # asked just as the RM came back, the app may not have resynced yet: a recovered app
+    # is ACCEPTED until its AM's next heartbeat (what Hadoop 3.3.6 answered in CI)
+    assert status.returncode == 0, status_out + status_err
+    assert "state: RUNNING" in status_out or (
+        "state: ACCEPTED" in status_out and "Attempt recovered after RM restart" in status_out
+    ), status_out + status_err
     follow_out, follow_err = follow.communicate(timeout=300)
     assert follow.returncode == 0, follow_err
     assert re.search(r"attempt 0 on 127\.0\.0\.\d resumed from", follow_out), follow_out
