@@ -280,7 +280,7 @@ class Yarn:
 
         # skein.Client.__del__ raises on a client whose start failed: keep that noise
         # quiet while the half-built client is freed, and say what is wrong instead.
-        hook, message = sys.unraisablehook, None
+        hook, message = sys.unraisablehook, ""
         sys.unraisablehook = lambda _info: None
         try:
             try:
@@ -288,13 +288,10 @@ class Yarn:
                     return cls(skein.Client(principal=principal, keytab=keytab, log=log,
                                             log_level="INFO", java_options=list(java_options)))
             except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
-                message = _start_failure(exc)
-        finally:
+                message = _start_failure(exc)  # not the exception: its frames hold the
+        finally:  # half-built client, whose __del__ must run while the hook is quiet
             sys.unraisablehook = hook
-        refused = login_refused(log, principal, keytab)
-        if refused:
-            raise SpecError(refused)
-        raise EnvironmentMissing(f"{message} (skein's driver log: {log})")
+        raise _start_error(message, log, principal, keytab)
 
     @classmethod
     def warm(cls, conf_dir: str | None) -> Yarn | None:
@@ -329,11 +326,7 @@ class Yarn:
                     principal=principal, keytab=keytab, log=log, log_level="INFO",
                     java_options=list(java_options))
         except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
-            refused = login_refused(log, principal, keytab)
-            if refused:
-                raise SpecError(refused) from None
-            raise EnvironmentMissing(f"{_start_failure(exc)} (skein's driver log: {log})") \
-                from None
+            raise _start_error(_start_failure(exc), log, principal, keytab) from None
         _write_warm({"address": address, "conf_dir": conf_dir, "log": log,
                      "driver_conf": driver_conf})
         return address
@@ -500,6 +493,16 @@ def login_refused(log: str, principal: str | None, keytab: str | None) -> str | 
                 f"or kinit {principal} and drop --principal/--keytab")
     return (f"Kerberos refused the ticket cache's login ({why}): check KRB5_CONFIG (the "
             "cluster's realm) and run kinit YOU@REALM, or pass --principal and --keytab")
+
+
+def _start_error(message: str, log: str, principal: str | None,
+                 keytab: str | None) -> TfYarnError:
+    """Why skein's driver did not start: Kerberos refusing the login (bad input, from its
+    log), else `message` (what is missing here), naming the log."""
+    refused = login_refused(log, principal, keytab)
+    if refused:
+        return SpecError(refused)
+    return EnvironmentMissing(f"{message} (skein's driver log: {log})")
 
 
 def _start_failure(exc: BaseException) -> str:
