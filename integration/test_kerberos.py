@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import APP_ID, DATA, REPO, final_state, wait_until, yarn_cli
 
-from tfyarn.client import kerberos
+from tfyarn.hdfs import siteconf
 
 pytestmark = pytest.mark.yarn
 SMALL = ["-pm", "768", "-wm", "768"]
@@ -28,7 +28,7 @@ SMALL = ["-pm", "768", "-wm", "768"]
 def secured(tmp_path_factory):
     """This module's ticket cache, from the sandbox's user keytab (what `kinit -kt` does);
     every command a test runs finds it through KRB5CCNAME."""
-    if not kerberos.kerberized(os.environ.get("HADOOP_CONF_DIR")):
+    if not siteconf.kerberized(os.environ.get("HADOOP_CONF_DIR")):
         pytest.skip("the cluster has no Kerberos: SANDBOX_SECURE=1 scripts/yarn-sandbox start")
     for var in ("KRB5_CONFIG", "SANDBOX_PRINCIPAL", "SANDBOX_KEYTAB"):
         assert os.environ.get(var), f"{var}: eval \"$(scripts/yarn-sandbox env)\" first"

@@ -11,6 +11,7 @@ import pytest
 from tfyarn.client import kerberos
 from tfyarn.core.errors import SpecError
 from tfyarn.core.settings import Settings
+from tfyarn.hdfs import siteconf
 from tfyarn.protocol.skeinlink import login_refused
 
 KRB = Path(__file__).parent / "fixtures" / "kerberos"
@@ -50,8 +51,8 @@ def test_kerberized_follows_core_site(tmp_path):
     (tmp_path / "core-site.xml").write_text(
         '<?xml version="1.0"?><configuration><property><name>hadoop.security.authentication'
         "</name><value>kerberos</value></property></configuration>")
-    assert kerberos.kerberized(str(tmp_path))
-    assert not kerberos.kerberized(str(tmp_path / "nowhere")) and not kerberos.kerberized(None)
+    assert siteconf.kerberized(str(tmp_path))
+    assert not siteconf.kerberized(str(tmp_path / "nowhere")) and not siteconf.kerberized(None)
 
 
 def test_the_jvm_reads_the_krb5_conf_that_krb5_config_names():

@@ -162,7 +162,7 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, princip
         if bool(principal) != bool(keytab):
             raise SpecError("--principal and --keytab go together; give both or neither")
         filesmod.inventory(spec.files, spec.yarn.max_upload_mb)
-        data_env = _check_data(spec, settings)
+        data_env = _check_data(spec, settings, args.conf, principal, keytab)
         if dry_run:
             from tfyarn.cli import jobfile  # YAML: loaded only where a job file is in play
 
@@ -200,18 +200,22 @@ def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
     return args, jobfile.with_flags(path, given, os.getcwd())
 
 
-def _check_data(spec: Any, settings: Any) -> tuple[tuple[str, str], ...]:
+def _check_data(spec: Any, settings: Any, conf: str | None, principal: str | None,
+                keytab: str | None) -> tuple[tuple[str, str], ...]:
     """--data: each path a committed dataset with a shard for every reading task, before
-    anything is submitted; the tasks' env naming them (and the first one's columns)."""
+    anything is submitted (under Kerberos as the submit's login); the tasks' env naming
+    them (and the first one's columns)."""
     if not spec.data:
         return ()
+    from tfyarn.client import kerberos
     from tfyarn.data import read
 
+    login = kerberos.login(settings.conf_dir(conf), principal, keytab, settings.krb5_ccache)
     readers = spec.readers
     manifests = []
     for path in spec.data:
         try:
-            m = read.manifest(path)
+            m = read.manifest(path, login)
         except SpecError as exc:
             raise SpecError(f"--data {exc}") from None
         if len(m.shards) < readers:
@@ -275,27 +279,45 @@ conf_option = click.option("-conf", "--conf", "conf", metavar="DIR",
                            help="Hadoop configuration dir (sets HADOOP_CONF_DIR)")
 
 
-def _opts(conf: str | None) -> Any:
+
+
+def cluster_options(fn: Any) -> Any:
+    """-conf, and the Kerberos login of a lifecycle command (a keytab: cron, no ticket)."""
+    fn = click.option("--keytab", "keytab", metavar="FILE",
+                      help="Kerberos keytab (with --principal)")(fn)
+    fn = click.option("--principal", "principal", metavar="USER@REALM",
+                      help="Kerberos principal (with --keytab; default: the ticket cache)")(fn)
+    return conf_option(fn)
+
+
+def _opts(conf: str | None, principal: str | None = None, keytab: str | None = None) -> Any:
     from tfyarn.client import yarn
 
     if conf is not None and not os.path.isdir(conf):
         raise SpecError(f"-conf: {conf!r} is not a directory of Hadoop configuration")
-    return yarn.ClientOptions(conf_dir=conf)
+    if bool(principal) != bool(keytab):
+        raise SpecError("--principal and --keytab go together; give both or neither")
+    if principal and keytab:
+        from tfyarn.client import kerberos
+
+        kerberos.check_keytab(principal, keytab)
+    return yarn.ClientOptions(conf_dir=conf, principal=principal, keytab=keytab)
 
 
 @tfyarn.command("status")
 @click.argument("app_id")
-@conf_option
+@cluster_options
 @click.option("--tasks", "tasks", is_flag=True, help="while running: the per-task table "
               "(connects to the application, slower)")
-def status_cmd(app_id: str, conf: str | None, tasks: bool) -> int:
+def status_cmd(app_id: str, conf: str | None, principal: str | None, keytab: str | None,
+               tasks: bool) -> int:
     """State, final status and diagnostics of an application (or of a local job id)."""
     with edge():
         if app_id.startswith("local_"):
             return _local_status(app_id)
         from tfyarn.client import yarn
 
-        return yarn.status(app_id, _opts(conf), tasks)
+        return yarn.status(app_id, _opts(conf, principal, keytab), tasks)
 
 
 @tfyarn.command("logs")
@@ -303,8 +325,9 @@ def status_cmd(app_id: str, conf: str | None, tasks: bool) -> int:
 @click.option("--task", "task", metavar="TYPE:INDEX", help="only this task, e.g. worker:1")
 @click.option("--follow", "-F", "follow", is_flag=True, help="while running: print every "
               "task's output as it comes, until the job ends")
-@conf_option
-def logs_cmd(app_id: str, task: str | None, follow: bool, conf: str | None) -> int:
+@cluster_options
+def logs_cmd(app_id: str, task: str | None, follow: bool, conf: str | None,
+             principal: str | None, keytab: str | None) -> int:
     """Task logs: aggregated logs once finished; while running, container log URLs, or
     the output itself with --follow."""
     with edge():
@@ -312,13 +335,13 @@ def logs_cmd(app_id: str, task: str | None, follow: bool, conf: str | None) -> i
             return _local_logs(app_id, task)
         from tfyarn.client import yarn
 
-        return yarn.logs(app_id, task, _opts(conf), follow)
+        return yarn.logs(app_id, task, _opts(conf, principal, keytab), follow)
 
 
 @tfyarn.command("kill")
 @click.argument("app_id")
-@conf_option
-def kill_cmd(app_id: str, conf: str | None) -> int:
+@cluster_options
+def kill_cmd(app_id: str, conf: str | None, principal: str | None, keytab: str | None) -> int:
     """Kill a running application (every container with it)."""
     with edge():
         if app_id.startswith("local_"):
@@ -326,18 +349,18 @@ def kill_cmd(app_id: str, conf: str | None) -> int:
                             "el_submit; that stops every task")
         from tfyarn.client import yarn
 
-        return yarn.kill(app_id, _opts(conf))
+        return yarn.kill(app_id, _opts(conf, principal, keytab))
 
 
 @tfyarn.command("ls")
 @click.option("--all", "show_all", is_flag=True, help="include finished applications")
-@conf_option
-def ls_cmd(show_all: bool, conf: str | None) -> int:
+@cluster_options
+def ls_cmd(show_all: bool, conf: str | None, principal: str | None, keytab: str | None) -> int:
     """tfyarn applications, newest first."""
     with edge():
         from tfyarn.client import yarn
 
-        return yarn.ls(show_all, _opts(conf))
+        return yarn.ls(show_all, _opts(conf, principal, keytab))
 
 
 @tfyarn.command("driver")

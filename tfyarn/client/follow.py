@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import re
 import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
 from tfyarn.core.timing import REST_TIMEOUT_S
+from tfyarn.hdfs import spnego
+from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.protocol.skeinlink import App
 from tfyarn.runtime.proc import Sink
 
@@ -60,12 +61,14 @@ def frames(text: bytes, asked: int | None = None) -> Iterator[Framed]:
         pos = m.end() + n
 
 
-def http_get(url: str) -> bytes | None:
-    """A NodeManager answer, or None where it cannot serve it (yet, or any more)."""
+def http_get(url: str, login: Negotiator | None = None) -> bytes | None:
+    """A NodeManager answer, or None where it cannot serve it (yet, or any more); on a
+    Kerberized cluster, as `login` (SPNEGO)."""
     try:
-        with urllib.request.urlopen(url, timeout=REST_TIMEOUT_S) as resp:
+        with spnego.urlopen(url, {}, login, REST_TIMEOUT_S) as resp:
             return resp.read()
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, OSError, ValueError, spnego.NegotiateRefused,
+            spnego.NegotiateUnavailable):  # a ticket that expired mid-run: `yarn logs` at the end
         return None
 
 

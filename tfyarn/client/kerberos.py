@@ -10,24 +10,19 @@ tools are), and the words of those errors.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import struct
 import subprocess
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping
 
-from tfyarn.core.errors import SpecError
-from tfyarn.hdfs.siteconf import read_site
+from tfyarn.core.errors import EnvironmentMissing, SpecError
+from tfyarn.hdfs.siteconf import kerberized
+from tfyarn.hdfs.spnego import Negotiator
 
 KLIST_TIMEOUT_S = 10.0
-
-
-def kerberized(conf_dir: str | None) -> bool:
-    """Whether the cluster at `conf_dir` wants Kerberos from its clients."""
-    if not conf_dir:
-        return False
-    core = read_site(os.path.join(conf_dir, "core-site.xml"))
-    return core.get("hadoop.security.authentication", "simple").strip().lower() == "kerberos"
 
 
 def keytab_principals(path: str) -> list[str]:
@@ -107,6 +102,17 @@ def ticket_problem(env: Mapping[str, str]) -> str | None:
            f"kinit -kt KEYTAB {who}), or pass --principal {who} --keytab KEYTAB"
 
 
+def login(conf_dir: str | None, principal: str | None, keytab: str | None,
+          ccache: str | None) -> Negotiator | None:
+    """How this client proves itself to the cluster's web services (SPNEGO): the keytab
+    when given, else the ticket cache; None on a cluster without Kerberos."""
+    if not kerberized(conf_dir):
+        return None
+    if principal and keytab:
+        return Negotiator(principal, keytab)
+    return Negotiator(ccache=ccache)
+
+
 def check_login(conf_dir: str | None, principal: str | None, keytab: str | None,
                 env: Mapping[str, str]) -> None:
     """Refuse, before any I/O to the cluster, a login that cannot work."""
@@ -117,3 +123,25 @@ def check_login(conf_dir: str | None, principal: str | None, keytab: str | None,
         problem = ticket_problem(env)
         if problem:
             raise SpecError(problem)
+
+
+@contextlib.contextmanager
+def keytab_env(principal: str | None, keytab: str | None,
+               env: Mapping[str, str]) -> Iterator[dict[str, str]]:
+    """`env` for a Hadoop command tfyarn runs (`yarn logs`): with a keytab, a ticket cache
+    of its own, made by `kinit -kt` and removed after (the user's cache is not touched)."""
+    if not (principal and keytab):
+        yield dict(env)
+        return
+    kinit = shutil.which("kinit", path=env.get("PATH"))
+    if kinit is None:
+        raise EnvironmentMissing("--keytab needs MIT Kerberos' kinit here (krb5-user / "
+                                 "krb5-workstation); or kinit yourself and drop --keytab")
+    with tempfile.TemporaryDirectory(prefix="tfyarn-krb5-") as tmp:
+        cache = f"FILE:{os.path.join(tmp, 'ccache')}"
+        r = subprocess.run([kinit, "-kt", keytab, "-c", cache, principal], env=dict(env),
+                           capture_output=True, text=True, timeout=KLIST_TIMEOUT_S, check=False)
+        if r.returncode != 0:
+            raise SpecError(f"kinit -kt {keytab} {principal} failed: {r.stderr.strip()}; pass "
+                            f"the keytab made for {principal}")
+        yield {**env, "KRB5CCNAME": cache}

@@ -2,9 +2,11 @@
 
 `tfyarn status` and `tfyarn ls` only read application reports; starting skein's Java
 driver for that costs seconds, one HTTP GET costs milliseconds. Owns: finding the RM's
-web address(es) in HADOOP_CONF_DIR (HA and HTTPS included) and reading reports.
-Raises `Unavailable` where REST cannot serve (Kerberos without SPNEGO support here,
-no configuration, no answer), and the caller falls back to skein.
+web address(es) in HADOOP_CONF_DIR (HA and HTTPS included) and reading reports. On a
+Kerberized cluster an RM that answers 401 `Negotiate` is asked again with a SPNEGO token
+(`hdfs.spnego`) of the client's login. Raises `Unavailable` where REST cannot serve (no
+configuration, no answer, no GSS-API library here), and the caller falls back to skein;
+a login that cannot make a token is the caller's error (`spnego.NegotiateRefused`).
 """
 
 from __future__ import annotations
@@ -13,12 +15,12 @@ import json
 import os
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tfyarn.core.timing import REST_TIMEOUT_S
+from tfyarn.hdfs import spnego
 from tfyarn.hdfs.siteconf import expand, read_site
 
 ACTIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
@@ -58,26 +60,23 @@ class RestClient:
 
     bases: tuple[str, ...]
     user: str
+    login: spnego.Negotiator | None = None  # a Kerberized cluster's: SPNEGO when asked
 
     @classmethod
-    def from_conf_dir(cls, conf_dir: str | None, user: str) -> RestClient:
+    def from_conf_dir(cls, conf_dir: str | None, user: str,
+                      login: spnego.Negotiator | None = None) -> RestClient:
         if not conf_dir or not os.path.isdir(conf_dir):
             raise Unavailable("no HADOOP_CONF_DIR")
-        core = read_site(os.path.join(conf_dir, "core-site.xml"))
-        if core.get("hadoop.security.authentication", "simple").lower() != "simple":
-            raise Unavailable("Kerberos: the REST API needs SPNEGO")
         yarn_conf = read_site(os.path.join(conf_dir, "yarn-site.xml"))
-        return cls(tuple(web_addresses(yarn_conf)), user)
+        return cls(tuple(web_addresses(yarn_conf)), user, login)
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
         query = urllib.parse.urlencode({**(params or {}), "user.name": self.user})
         last: Exception | None = None
         for base in self.bases:
             url = f"{base}/ws/v1/cluster/{path}?{query}"
-            req = urllib.request.Request(url, headers={"Accept": "application/json"})
             try:
-                with urllib.request.urlopen(req, timeout=REST_TIMEOUT_S) as resp:  # noqa: S310
-                    return json.loads(resp.read().decode("utf-8"))
+                return self._read(url)
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:
                     raise NotFound(path) from None
@@ -86,9 +85,19 @@ class RestClient:
                 last = exc
         raise Unavailable(f"ResourceManager REST API did not answer: {last}")
 
+    def _read(self, url: str) -> Any:
+        """GET `url` as JSON; asked for SPNEGO (401 Negotiate), once more with a token."""
+        try:
+            with spnego.urlopen(url, {"Accept": "application/json"}, self.login,
+                                REST_TIMEOUT_S) as resp:
+                return json.loads(resp.read().decode("utf-8"))
+        except spnego.NegotiateUnavailable as exc:
+            raise Unavailable(str(exc)) from None
+
     def app(self, app_id: str) -> dict:
         return self.get(f"apps/{app_id}")["app"]
 
     def apps(self, tag: str, states: tuple[str, ...]) -> list[dict]:
         found = self.get("apps", {"applicationTags": tag, "states": ",".join(states)})
         return list(((found or {}).get("apps") or {}).get("app") or [])
+

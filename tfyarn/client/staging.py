@@ -7,7 +7,7 @@ import dataclasses
 import gzip
 import os
 import tarfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfyarn.client import appspec
 from tfyarn.client import files as filesmod
@@ -18,6 +18,9 @@ from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.hdfs import siteconf
 from tfyarn.runtime import docker as dockerrun
+
+if TYPE_CHECKING:
+    from tfyarn.hdfs.spnego import Negotiator
 
 
 def _archive(entries: list[tuple[str, str]], dest: str, what: str) -> None:
@@ -59,9 +62,11 @@ def stage(spec: JobSpec, tmp: str) -> appspec.Staged:
     return appspec.Staged(job_json, tuple(resources), tuple(contents), env)
 
 
-def use_cache(staged: appspec.Staged, settings: Settings, conf_dir: str | None) -> appspec.Staged:
+def use_cache(staged: appspec.Staged, settings: Settings, conf_dir: str | None,
+              login: Negotiator | None = None) -> appspec.Staged:
     """Swap the env archive and big -f archives for their copies in the HDFS cache,
-    uploading each once; where the cache cannot serve, skein uploads them as before."""
+    uploading each once (under Kerberos as `login`, over WebHDFS with SPNEGO); where the
+    cache cannot serve, skein uploads them as before."""
     from tfyarn.hdfs.cache import MIN_DIR_BYTES, HdfsCache
     from tfyarn.hdfs.webhdfs import HdfsUnavailable
 
@@ -71,9 +76,10 @@ def use_cache(staged: appspec.Staged, settings: Settings, conf_dir: str | None) 
     if env is None and not big:
         return staged
     try:
-        cache = HdfsCache.open(settings.conf_dir(conf_dir), settings.user)
+        cache = HdfsCache.open(settings.conf_dir(conf_dir), settings.user, login)
         if cache is None:
-            say("HDFS cache not usable here (no HADOOP_CONF_DIR, or Kerberos): uploading")
+            say("HDFS cache not usable here (no HADOOP_CONF_DIR, or fs.defaultFS is not "
+                "hdfs://): uploading")
             return staged
         if env is not None:
             env = _cached(cache, env, "-m_arg")

@@ -8,6 +8,7 @@ without a JVM. What both backends tell the user lives in `common`.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfyarn.client import appspec, common, kerberos, rm, staging
-from tfyarn.client.follow import LiveLogs
+from tfyarn.client.follow import LiveLogs, http_get
 from tfyarn.client.interrupts import Interrupts
 from tfyarn.core.errors import (
     STATE_EXIT,
@@ -39,6 +40,7 @@ from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_END_POLL_S, YARN_POLL_S
 from tfyarn.hdfs import siteconf
+from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
 from tfyarn.protocol.skeinlink import (
@@ -200,7 +202,9 @@ def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
     require_client(opts)
     defaults = staging.load_defaults(settings, settings.conf_dir(opts.conf_dir))
     with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:
-        staged = staging.use_cache(staging.stage(spec, tmp), settings, opts.conf_dir)
+        conf_dir = settings.conf_dir(opts.conf_dir)
+        login = kerberos.login(conf_dir, opts.principal, opts.keytab, settings.krb5_ccache)
+        staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir, login)
         app_spec = appspec.application_spec(spec, staged, defaults)
         with yarn_client(opts) as client, interrupts.deferred():
             # deferred from before the submit: a signal during it must not lose the app id
@@ -214,7 +218,8 @@ def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
                 say(f"submitted {app_id}; follow it with: tfyarn status {app_id} | tfyarn "
                     f"logs {app_id} | tfyarn kill {app_id}")
                 return 0
-            return Watcher(client, app_id, spec, interrupts, follow=opts.follow).run()
+            return Watcher(client, app_id, spec, interrupts, follow=opts.follow,
+                           opts=opts).run()
 
 
 def stop_application(client: Yarn, app_id: str, reason: str, escalation: common.Escalation) -> str:
@@ -332,6 +337,7 @@ class StoreView:
 
     spec: JobSpec
     follow: bool = False
+    login: Negotiator | None = None  # a Kerberized cluster's: the NodeManagers' SPNEGO
     news: common.News = field(init=False)
     registered: int = -1
     gang: int = 0
@@ -381,7 +387,8 @@ class StoreView:
         if not self.follow or (not final and time.monotonic() - self.followed < LIVE_LOG_POLL_S):
             return
         self.followed = time.monotonic()
-        self.live = self.live or LiveLogs(store.app, getattr(sys.stderr, "buffer", None))
+        self.live = self.live or LiveLogs(store.app, getattr(sys.stderr, "buffer", None),
+                                          get=functools.partial(http_get, login=self.login))
         self.live.poll()
 
     def _log_link(self, store: kvmod.SkeinKV, task: Task) -> None:
@@ -405,12 +412,13 @@ class Watcher:
     am_host: str = ""  # where the ApplicationMaster ran, for a failure that took it away
     store: kvmod.SkeinKV | None = None
     status_puts: Puts | None = None  # the store's STATUS, subscribed to once
+    opts: ClientOptions | None = None  # the login `yarn logs` uses at the end
     begun: float = field(default_factory=time.monotonic)
     view: StoreView = field(init=False)
     reports: Reports = field(init=False)
 
     def __post_init__(self) -> None:
-        self.view = StoreView(self.spec, self.follow)
+        self.view = StoreView(self.spec, self.follow, web_login(self.opts or ClientOptions()))
         self.reports = Reports(self.client, self.app_id)
 
     def run(self) -> int:
@@ -497,7 +505,7 @@ class Watcher:
 
     def _final(self, final: str, diagnostics: str | None) -> int:
         if self.view.live is not None:
-            finish_live_logs(self.view.live, self.app_id)
+            finish_live_logs(self.view.live, self.app_id, self.opts)
         outcome = self.view.outcome
         if outcome is not None:
             say("tasks:")
@@ -517,9 +525,21 @@ class Watcher:
 # ---------------------------------------------------------------- lifecycle commands
 
 
-def rest_client(opts: ClientOptions) -> rm.RestClient:
+def web_login(opts: ClientOptions) -> Negotiator | None:
+    """How this client signs in to the cluster's web services (SPNEGO): None without
+    Kerberos."""
     settings = Settings.from_environ()
-    return rm.RestClient.from_conf_dir(settings.conf_dir(opts.conf_dir), settings.user)
+    return kerberos.login(settings.conf_dir(opts.conf_dir), opts.principal, opts.keytab,
+                          settings.krb5_ccache)
+
+
+def rest_client(opts: ClientOptions) -> rm.RestClient:
+    """The RM's REST API; under Kerberos after the login check a submit makes (one
+    `Error:` line naming the principal and what to run, rather than GSS-API's words)."""
+    settings = Settings.from_environ()
+    conf_dir = settings.conf_dir(opts.conf_dir)
+    kerberos.check_login(conf_dir, opts.principal, opts.keytab, settings.kerberos_env())
+    return rm.RestClient.from_conf_dir(conf_dir, settings.user, web_login(opts))
 
 
 def rest_report(app_id: str, opts: ClientOptions) -> dict | None:
@@ -608,19 +628,20 @@ def logs(app_id: str, task: str | None, opts: ClientOptions | None = None,
     with yarn_client(opts) as client:
         if str(ride_through(Reports(client, app_id)).state) not in TERMINAL:
             if follow:
-                return _follow_logs(client, app_id, task)
+                return _follow_logs(client, app_id, task, opts)
             return _live_log_urls(client, app_id, task)
     return _aggregated_logs(app_id, task, opts)
 
 
-def _follow_logs(client: Yarn, app_id: str, task: str | None) -> int:
+def _follow_logs(client: Yarn, app_id: str, task: str | None, opts: ClientOptions) -> int:
     """`tfyarn logs APP --follow`: the output as it comes (once the application master
     runs: right after a --detach it may still be queued), until the application ends;
     through a ResourceManager restart too (said once when it goes, once when back)."""
     live, reports = None, Reports(client, app_id)
     while True:
         if live is None and (app := client.connect(app_id)) is not None:
-            live = LiveLogs(app, getattr(sys.stdout, "buffer", None), task)
+            live = LiveLogs(app, getattr(sys.stdout, "buffer", None), task,
+                            functools.partial(http_get, login=web_login(opts)))
         if live is not None:
             with suppress(StoreGone):  # the AM is gone: the report says how it ended
                 live.poll()
@@ -628,32 +649,35 @@ def _follow_logs(client: Yarn, app_id: str, task: str | None) -> int:
         state = "" if rep is None else str(rep.state)  # None: the RM is away (said)
         if state in TERMINAL:
             if live is not None:
-                finish_live_logs(live, app_id)
+                finish_live_logs(live, app_id, opts)
             say(f"{app_id} ended: {state}; all of it: tfyarn logs {app_id}")
             return 0
         time.sleep(LIVE_LOG_POLL_S)
 
 
-def yarn_logs(app_id: str, conf_dir: str | None = None,
+def yarn_logs(app_id: str, opts: ClientOptions | None = None,
               timeout: float | None = None) -> subprocess.CompletedProcess:
     """`yarn logs -applicationId APP` (skein's own reader fails on Hadoop 3.3's
-    bucket-logs-tfile layout): the aggregated logs, as bytes."""
+    bucket-logs-tfile layout): the aggregated logs, as bytes. With --keytab, through a
+    ticket cache of its own."""
     if shutil.which("yarn") is None:
         raise EnvironmentMissing(f"`yarn` is not on PATH: {NO_HADOOP}")
+    opts = opts or ClientOptions()
     env = dict(os.environ)
-    if conf_dir:
-        env["HADOOP_CONF_DIR"] = os.path.abspath(conf_dir)
-    return subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True,
-                          env=env, timeout=timeout)
+    if opts.conf_dir:
+        env["HADOOP_CONF_DIR"] = os.path.abspath(opts.conf_dir)
+    with kerberos.keytab_env(opts.principal, opts.keytab, env) as env:
+        return subprocess.run(["yarn", "logs", "-applicationId", app_id],
+                              capture_output=True, env=env, timeout=timeout)
 
 
-def finish_live_logs(live: LiveLogs, app_id: str) -> None:
+def finish_live_logs(live: LiveLogs, app_id: str, opts: ClientOptions | None = None) -> None:
     """After the end: the rest of each followed container's output, from the aggregated
     logs (the NodeManager forgets an ended application's containers within seconds; YARN
     aggregates their logs within seconds too). Bounded: says what to run when it gives up."""
     deadline = time.monotonic() + AGGREGATION_WAIT_S
     while live.pending():
-        live.finish(yarn_logs(app_id, timeout=AGGREGATION_WAIT_S).stdout)
+        live.finish(yarn_logs(app_id, opts, timeout=AGGREGATION_WAIT_S).stdout)
         if not live.pending() or time.monotonic() > deadline:
             break
         time.sleep(LIVE_LOG_POLL_S)
@@ -680,7 +704,7 @@ def _live_log_urls(client: Yarn, app_id: str, task: str | None) -> int:
 
 
 def _aggregated_logs(app_id: str, task: str | None, opts: ClientOptions) -> int:
-    r = yarn_logs(app_id, opts.conf_dir)
+    r = yarn_logs(app_id, opts)
     if r.returncode != 0:
         raise TfYarnError(f"yarn logs failed for {app_id}: "
                           f"{r.stderr.decode(errors='replace').strip()[-500:]} "

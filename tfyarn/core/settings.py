@@ -30,6 +30,7 @@ class Settings:
     container_dir: str | None = None  # in a YARN container: its app's first LOCAL_DIRS entry
     krb5_config: str | None = None  # KRB5_CONFIG: MIT's tools read it, Java does not
     krb5_ccache: str | None = None  # KRB5CCNAME: the ticket cache (MIT's tools, Java)
+    token_file: str | None = None  # HADOOP_TOKEN_FILE_LOCATION: in a YARN container, its tokens
 
     def cache_dirs(self) -> list[str]:
         """tfyarn's cache dirs, first usable wins: $TFYARN_CACHE; in a YARN container its
@@ -88,6 +89,7 @@ class Settings:
                            and e.get("LOCAL_DIRS") else None),
             krb5_config=e.get("KRB5_CONFIG") or None,
             krb5_ccache=e.get("KRB5CCNAME") or None,
+            token_file=e.get("HADOOP_TOKEN_FILE_LOCATION") or None,
         )
 
     def kerberos_env(self) -> dict[str, str]:

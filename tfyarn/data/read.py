@@ -56,11 +56,13 @@ def reader(input_context: Any = None, env: Mapping[str, str] | None = None) -> t
 
 
 @contextlib.contextmanager
-def open_file(url: str) -> Iterator[IO[bytes]]:
+def open_file(url: str, login: Any = None) -> Iterator[IO[bytes]]:
     """A file of a dataset: local; through TensorFlow's filesystem once TF is loaded with
     one for the scheme (tfyarn's hdfs:// plugin, in tasks); hdfs:// and viewfs:// over
-    WebHDFS with simple auth; else (s3a://, gs://..., Kerberos, WebHDFS off) through
-    Hadoop's own client."""
+    WebHDFS with simple auth, or under Kerberos where this process has a login of its own
+    (a gateway: the ticket cache, or `login`, a `spnego.Negotiator`); else (s3a://,
+    gs://..., a YARN container's delegation tokens, WebHDFS off) through Hadoop's own
+    client."""
     if "://" not in url or url.startswith("file://"):
         with open(url.removeprefix("file://"), "rb") as f:
             yield f
@@ -80,8 +82,9 @@ def open_file(url: str) -> Iterator[IO[bytes]]:
             site.update(siteconf.read_site(os.path.join(conf_dir, name)))
         simple = site.get("hadoop.security.authentication", "simple").lower() == "simple"
         web_on = site.get("dfs.webhdfs.enabled", "true").lower() == "true"
-        if simple and web_on and url.split("://", 1)[0] in ("hdfs", "viewfs"):
-            with webhdfs.open_range(url, conf_dir, settings.user) as f:
+        web = simple or settings.token_file is None
+        if web and web_on and url.split("://", 1)[0] in ("hdfs", "viewfs"):
+            with webhdfs.open_range(url, conf_dir, settings.user, login=login) as f:
                 yield f
         else:
             fs = jni.filesystem(url, settings.user if simple else None)
@@ -98,11 +101,12 @@ def _tf_reads(url: str) -> bool:
     return url.split("://", 1)[0] in tf.io.gfile.get_registered_schemes()
 
 
-def manifest(path: str) -> Manifest:
-    """The committed manifest of the dataset at `path`; none means not a dataset (yet)."""
+def manifest(path: str, login: Any = None) -> Manifest:
+    """The committed manifest of the dataset at `path`; none means not a dataset (yet).
+    `login`: the client's Kerberos login (a `spnego.Negotiator`), where it has a keytab."""
     where = f"{path.rstrip('/')}/{NAME}"
     try:
-        with open_file(where) as f:
+        with open_file(where, login) as f:
             text = f.read()
     except (FileNotFoundError, OSError) as exc:
         raise SpecError(f"{path}: no committed dataset ({NAME} missing: {exc}); write it "

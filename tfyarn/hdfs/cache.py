@@ -4,8 +4,9 @@ submit, so a resubmit with an unchanged env uploads nothing.
 
 Owns the content-addressed names and the race-free upload (write a unique temp name,
 rename; a concurrent submit of the same archive either finds it or renames the same bytes
-over it). Talks WebHDFS (no JVM); where WebHDFS cannot serve (no configuration, Kerberos
-without SPNEGO), callers upload through skein as before and say so.
+over it). Talks WebHDFS (no JVM; SPNEGO under Kerberos); where WebHDFS cannot serve (no
+configuration, a default filesystem other than HDFS), callers upload through skein as
+before and say so.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfyarn.core.progress import Progress, Reading
-from tfyarn.hdfs.siteconf import read_site
+from tfyarn.hdfs.siteconf import kerberized, read_site
+from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.hdfs.webhdfs import client_for, failing_as
 
+CACHE_DIR = ".tfyarn/cache"  # under the user's HDFS home
 MIN_DIR_BYTES = 64 * 1024 * 1024  # -f dirs smaller than this are just uploaded each time
 CHUNK = 1 << 20
 
@@ -48,17 +51,23 @@ class HdfsCache:
     root: str
 
     @classmethod
-    def open(cls, conf_dir: str | None, user: str) -> HdfsCache | None:
-        """None where WebHDFS cannot serve: no configuration, or Kerberos."""
+    def open(cls, conf_dir: str | None, user: str,
+             login: Negotiator | None = None) -> HdfsCache | None:
+        """None where WebHDFS cannot serve: no configuration, or no HDFS. Under Kerberos
+        the cache is in the home dir of the login's user, as HDFS names it (a keytab's
+        principal need not be the local user)."""
         if not conf_dir:
             return None
         core = read_site(os.path.join(conf_dir, "core-site.xml"))
-        if core.get("hadoop.security.authentication", "simple").lower() != "simple":
-            return None
         default_fs = core.get("fs.defaultFS", "")
         if not default_fs.startswith("hdfs://"):
             return None
-        return cls(client_for(default_fs, conf_dir, user), f"/user/{user}/.tfyarn/cache")
+        client = client_for(default_fs, conf_dir, user, login)
+        if not kerberized(conf_dir):
+            return cls(client, f"/user/{user}/{CACHE_DIR}")
+        with failing_as("HDFS home directory (GETHOMEDIRECTORY)"):
+            home = client._get_home_directory("/").json()["Path"]
+        return cls(client, f"{home.rstrip('/')}/{CACHE_DIR}")
 
     def put(self, local: str) -> tuple[str, bool]:
         """(hdfs:// URI of `local`'s content, whether it was there already)."""

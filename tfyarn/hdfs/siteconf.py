@@ -28,6 +28,14 @@ def read_site(path: str) -> dict[str, str]:
     return out
 
 
+def kerberized(conf_dir: str | None) -> bool:
+    """Whether the cluster at `conf_dir` wants Kerberos from its clients."""
+    if not conf_dir:
+        return False
+    core = read_site(os.path.join(conf_dir, "core-site.xml"))
+    return core.get("hadoop.security.authentication", "simple").strip().lower() == "kerberos"
+
+
 def expand(value: str, conf: Mapping[str, str]) -> str:
     """Hadoop's ${name} substitution (one level is all RM addresses use)."""
     return re.sub(r"\$\{([^}]+)\}", lambda m: conf.get(m.group(1), m.group(0)), value)

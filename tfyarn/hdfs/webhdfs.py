@@ -2,9 +2,11 @@
 
 Owns finding the NameNode's HTTP address for an hdfs:// URI (its host, with
 dfs.namenode.http-address's port from HADOOP_CONF_DIR, 9870 by default), making a
-client, and turning the `hdfs` package's and requests' failures into HdfsUnavailable
-(`failing_as`). Used where the client reads HDFS (check-data, local mode's `-f hdfs://`,
-the HDFS cache); tasks read HDFS through libhdfs.
+client (on a Kerberized cluster one that answers the NameNode's SPNEGO challenge as the
+client's login; the DataNodes then take the delegation token the NameNode puts in its
+redirect), and turning the `hdfs` package's and requests' failures into HdfsUnavailable
+(`failing_as`). Used where the client reads HDFS (check-data, --data, local mode's
+`-f hdfs://`, the HDFS cache); tasks read HDFS through libhdfs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from tfyarn.core.errors import EnvironmentMissing
-from tfyarn.hdfs.siteconf import read_site
+from tfyarn.hdfs import spnego
+from tfyarn.hdfs.siteconf import kerberized, read_site
 
 HTTP_PORT = 9870  # Hadoop 3's NameNode web port
 
@@ -34,7 +37,7 @@ def failing_as(what: str, fix: str = "") -> Iterator[None]:
 
     try:
         yield
-    except (HdfsError, RequestException, OSError) as exc:
+    except (HdfsError, RequestException, OSError, spnego.NegotiateUnavailable) as exc:
         raise HdfsUnavailable(f"{what}: {exc}" + (f"; {fix}" if fix else "")) from None
 
 
@@ -55,17 +58,59 @@ def hdfs_path(uri: str) -> str:
     return urllib.parse.urlparse(uri).path or "/"
 
 
-def client_for(uri: str, conf_dir: str | None, user: str) -> Any:
-    from hdfs import InsecureClient
+def client_for(uri: str, conf_dir: str | None, user: str,
+               login: spnego.Negotiator | None = None) -> Any:
+    """A WebHDFS client: as `user` (simple auth), or on a Kerberized cluster as `login`
+    (the ticket cache when None)."""
+    import requests
+    from hdfs import Client, InsecureClient
 
-    return InsecureClient(http_address(uri, conf_dir), user=user)
+    if not kerberized(conf_dir):
+        return InsecureClient(http_address(uri, conf_dir), user=user)
+    session = requests.Session()
+    session.auth = NegotiateAuth(login or spnego.Negotiator())
+    return Client(http_address(uri, conf_dir), session=session)
 
 
-def download(uri: str, target: str, conf_dir: str | None, user: str) -> None:
+class NegotiateAuth:
+    """requests' auth for Hadoop's SPNEGO: a request answered 401 `Negotiate` is sent
+    again with a token; later requests to that host carry one from the start. Hosts that
+    never ask (the DataNodes: a redirect carries a delegation token) get none."""
+
+    def __init__(self, login: spnego.Negotiator) -> None:
+        self.login = login
+        self.hosts: set[str] = set()
+
+    def __call__(self, request: Any) -> Any:
+        host = spnego.host_of(request.url)
+        if host in self.hosts:
+            request.headers["Authorization"] = self.login.header(host)
+        else:
+            request.register_hook("response", self._answer)
+        return request
+
+    def _answer(self, response: Any, **kwargs: Any) -> Any:
+        asked = spnego.challenged(response.status_code,
+                                  response.headers.get("WWW-Authenticate"))
+        if not asked or "Authorization" in response.request.headers:
+            return response
+        host = spnego.host_of(response.request.url)
+        again = response.request.copy()
+        again.headers["Authorization"] = self.login.header(host)
+        self.hosts.add(host)
+        response.close()
+        answer = response.connection.send(again, **kwargs)
+        answer.history.append(response)
+        answer.request = again
+        return answer
+
+
+def download(uri: str, target: str, conf_dir: str | None, user: str,
+             login: spnego.Negotiator | None = None) -> None:
     """Copy a file or a directory tree from HDFS to `target`."""
     with failing_as(f"cannot fetch {uri} over WebHDFS", "check HADOOP_CONF_DIR and that the "
                     "NameNode's HTTP port is reachable, or copy it here and ship the local copy"):
-        _copy(client_for(uri, conf_dir, user), hdfs_path(uri), target)
+        _copy(client_for(uri, conf_dir, user, login), hdfs_path(uri), target)
 
 
 def _copy(client: Any, path: str, target: str) -> None:
@@ -116,11 +161,11 @@ class RangeFile(io.RawIOBase):
         return len(data)
 
 
-def open_range(uri: str, conf_dir: str | None, user: str,
-               buffer_size: int = 8 << 20) -> io.BufferedReader:
+def open_range(uri: str, conf_dir: str | None, user: str, buffer_size: int = 8 << 20,
+               login: spnego.Negotiator | None = None) -> io.BufferedReader:
     """A buffered, seekable reader of an HDFS file (FileNotFoundError when it is not
     there); reads of `buffer_size` bytes at a time."""
-    client = client_for(uri, conf_dir, user)
+    client = client_for(uri, conf_dir, user, login)
     path = hdfs_path(uri)
     with failing_as(f"cannot read {uri} over WebHDFS"):
         found = client.status(path, strict=False) is not None

@@ -1,0 +1,223 @@
+"""SPNEGO (HTTP `Negotiate`): how a client proves its Kerberos login to Hadoop's web
+services (the RM's REST API, WebHDFS, the NodeManagers' log pages) on a cluster whose
+core-site.xml sets hadoop.http.authentication.type=kerberos.
+
+Through MIT's GSS-API library by ctypes (libgssapi_krb5.so.2: part of every Kerberos
+client install, where the `gssapi` package would need compiling against krb5's headers).
+Owns making a `Negotiate` header for a host from the ticket cache, or from a keytab
+without touching any ticket cache (a memory cache of this process), and saying in words
+why that failed. Nothing here changes process-wide state: KRB5_CONFIG and KRB5CCNAME are
+read by the library from the environment as it is.
+"""
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import ctypes.util
+import itertools
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfyarn.core.errors import EnvironmentMissing, SpecError
+
+GSS_C_INITIATE = 1
+GSS_C_MUTUAL_FLAG = 2
+GSS_C_GSS_CODE, GSS_C_MECH_CODE = 1, 2
+SPNEGO_OID = b"\x2b\x06\x01\x05\x05\x02"  # 1.3.6.1.5.5.2
+_MEMORY = itertools.count()
+
+
+class NegotiateUnavailable(EnvironmentMissing):
+    """This host has no GSS-API library to speak SPNEGO with."""
+
+
+class NegotiateRefused(SpecError):
+    """The Kerberos login could not make a token (no ticket, expired, no key): nothing was
+    asked of the cluster; the message says what to run."""
+
+
+class _Buffer(ctypes.Structure):
+    _fields_ = [("length", ctypes.c_size_t), ("value", ctypes.c_void_p)]
+
+
+class _Oid(ctypes.Structure):
+    _fields_ = [("length", ctypes.c_uint32), ("elements", ctypes.c_void_p)]
+
+
+class _KeyValue(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_char_p), ("value", ctypes.c_char_p)]
+
+
+class _KeyValueSet(ctypes.Structure):
+    _fields_ = [("count", ctypes.c_uint32), ("elements", ctypes.POINTER(_KeyValue))]
+
+
+_LIB: Any = None
+
+
+def _lib() -> Any:
+    global _LIB  # noqa: PLW0603 - the library is loaded once per process
+    if _LIB is None:
+        name = ctypes.util.find_library("gssapi_krb5") or "libgssapi_krb5.so.2"
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            raise NegotiateUnavailable(
+                "this cluster's web services want Kerberos (SPNEGO) and this host has no "
+                "GSS-API library: install MIT Kerberos' client libraries (Debian/Ubuntu: "
+                "libgssapi-krb5-2, RHEL: krb5-libs)") from None
+        for fn in ("gss_import_name", "gss_init_sec_context", "gss_acquire_cred_from",
+                   "gss_display_status", "gss_release_buffer", "gss_release_name",
+                   "gss_release_cred", "gss_delete_sec_context"):
+            getattr(lib, fn).restype = ctypes.c_uint32  # OM_uint32: errors use the top bits
+        _LIB = lib
+    return _LIB
+
+
+def _words(major: int, minor: int) -> str:
+    """GSS-API's own words for a failure (both its generic and Kerberos' reasons)."""
+    lib, out = _lib(), []
+    for code, kind in ((major, GSS_C_GSS_CODE), (minor, GSS_C_MECH_CODE)):
+        context, text = ctypes.c_uint32(0), _Buffer()
+        while True:
+            m = ctypes.c_uint32()
+            if lib.gss_display_status(ctypes.byref(m), ctypes.c_uint32(code), kind, None,
+                                      ctypes.byref(context), ctypes.byref(text)) != 0:
+                break
+            out.append(ctypes.string_at(text.value, text.length).decode("utf-8", "replace"))
+            lib.gss_release_buffer(ctypes.byref(m), ctypes.byref(text))
+            if context.value == 0:
+                break
+    return "; ".join(w for w in out if w and w != "Unspecified GSS failure.  Minor code may "
+                     "provide more information")
+
+
+def _failed(major: int) -> bool:
+    return bool(major & 0xFFFF0000)  # GSS_ERROR: a calling or routine error
+
+
+@dataclass(frozen=True)
+class Negotiator:
+    """Makes `Negotiate` headers as this user: from `keytab` as `principal` when given
+    (in a memory cache of this process), else from the ticket cache (`ccache`, else the
+    library's default: KRB5CCNAME)."""
+
+    principal: str | None = None
+    keytab: str | None = None
+    ccache: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.keytab:  # one memory cache per Negotiator: the keytab's login is kept
+            object.__setattr__(self, "_memory", f"MEMORY:tfyarn-{os.getpid()}-{next(_MEMORY)}")
+
+    def header(self, host: str) -> str:
+        """`Negotiate <token>` for HTTP@host; NegotiateRefused says why none can be made."""
+        lib = _lib()
+        minor = ctypes.c_uint32()
+        cred = self._credential(lib)
+        target = ctypes.c_void_p()
+        name = f"HTTP@{host}".encode()
+        buf = _Buffer(len(name), ctypes.cast(ctypes.c_char_p(name), ctypes.c_void_p))
+        hostbased = ctypes.c_void_p.in_dll(lib, "GSS_C_NT_HOSTBASED_SERVICE")
+        major = lib.gss_import_name(ctypes.byref(minor), ctypes.byref(buf), hostbased,
+                                    ctypes.byref(target))
+        if _failed(major):
+            raise NegotiateRefused(f"SPNEGO: HTTP@{host} is not a service name: "
+                                   f"{_words(major, minor.value)}")
+        try:
+            return "Negotiate " + self._token(lib, cred, target, host)
+        finally:
+            lib.gss_release_name(ctypes.byref(minor), ctypes.byref(target))
+            if cred.value:
+                lib.gss_release_cred(ctypes.byref(minor), ctypes.byref(cred))
+
+    def _token(self, lib: Any, cred: ctypes.c_void_p, target: ctypes.c_void_p,
+               host: str) -> str:
+        minor, context, out = ctypes.c_uint32(), ctypes.c_void_p(), _Buffer()
+        mech_bytes = ctypes.create_string_buffer(SPNEGO_OID, len(SPNEGO_OID))
+        mech = _Oid(len(SPNEGO_OID), ctypes.cast(mech_bytes, ctypes.c_void_p))
+        major = lib.gss_init_sec_context(
+            ctypes.byref(minor), cred, ctypes.byref(context), target, ctypes.byref(mech),
+            GSS_C_MUTUAL_FLAG, 0, None, None, None, ctypes.byref(out), None, None)
+        try:
+            if _failed(major):
+                raise NegotiateRefused(self._refusal(host, _words(major, minor.value)))
+            return base64.b64encode(ctypes.string_at(out.value, out.length)).decode()
+        finally:
+            lib.gss_release_buffer(ctypes.byref(minor), ctypes.byref(out))
+            if context.value:
+                lib.gss_delete_sec_context(ctypes.byref(minor), ctypes.byref(context), None)
+
+    def _credential(self, lib: Any) -> ctypes.c_void_p:
+        """A credential from the keytab or the named cache; none (the default cache)
+        otherwise."""
+        cred = ctypes.c_void_p()
+        store = ([(b"client_keytab", self.keytab.encode()),
+                  (b"ccache", self._memory.encode())] if self.keytab  # type: ignore[attr-defined]
+                 else [(b"ccache", self.ccache.encode())] if self.ccache else [])
+        if not store:
+            return cred
+        items = (_KeyValue * len(store))(*[_KeyValue(k, v) for k, v in store])
+        kvs = _KeyValueSet(len(store), items)
+        minor, name = ctypes.c_uint32(), ctypes.c_void_p()
+        if self.principal:
+            principal = self.principal.encode()
+            buf = _Buffer(len(principal),
+                          ctypes.cast(ctypes.c_char_p(principal), ctypes.c_void_p))
+            kind = ctypes.c_void_p.in_dll(lib, "GSS_KRB5_NT_PRINCIPAL_NAME")
+            if _failed(lib.gss_import_name(ctypes.byref(minor), ctypes.byref(buf), kind,
+                                           ctypes.byref(name))):
+                raise NegotiateRefused(f"--principal {self.principal}: not a Kerberos "
+                                       "principal name (USER@REALM)")
+        try:
+            major = lib.gss_acquire_cred_from(
+                ctypes.byref(minor), name, 0, None, GSS_C_INITIATE, ctypes.byref(kvs),
+                ctypes.byref(cred), None, None)
+        finally:
+            if name.value:
+                lib.gss_release_name(ctypes.byref(minor), ctypes.byref(name))
+        if _failed(major):
+            raise NegotiateRefused(self._refusal("", _words(major, minor.value)))
+        return cred
+
+    def _refusal(self, host: str, words: str) -> str:
+        where = f" to {host}" if host else ""
+        if self.keytab:
+            return (f"Kerberos login of {self.principal} with --keytab {self.keytab} "
+                    f"failed{where} ({words}); pass the keytab made for {self.principal} "
+                    "(klist -kt KEYTAB lists its principals)")
+        return (f"no usable Kerberos ticket for SPNEGO{where} ({words}): run kinit "
+                "YOU@REALM (or kinit -kt KEYTAB YOU@REALM), or pass --principal and --keytab")
+
+
+def challenged(status: int, www_authenticate: str | None) -> bool:
+    """Whether an answer asks for SPNEGO: Hadoop's AuthenticationFilter says 401 with
+    `WWW-Authenticate: Negotiate` to a request without a valid login."""
+    return status == 401 and "negotiate" in (www_authenticate or "").lower()
+
+
+def host_of(url: str) -> str:
+    return urllib.parse.urlparse(url).hostname or ""
+
+
+def urlopen(url: str, headers: Mapping[str, str], login: Negotiator | None,
+            timeout: float) -> Any:
+    """urllib's urlopen of a GET, answering a SPNEGO challenge once as `login` (when
+    given: a Kerberized cluster). Raises what urlopen raises, and NegotiateRefused /
+    NegotiateUnavailable when asked for a token that cannot be made."""
+    try:
+        return urllib.request.urlopen(  # noqa: S310 - the cluster's own http(s) URLs
+            urllib.request.Request(url, headers=dict(headers)), timeout=timeout)
+    except urllib.error.HTTPError as exc:
+        if login is None or not challenged(exc.code, exc.headers.get("WWW-Authenticate")):
+            raise
+        exc.close()
+    signed = {**headers, "Authorization": login.header(host_of(url))}
+    return urllib.request.urlopen(  # noqa: S310
+        urllib.request.Request(url, headers=signed), timeout=timeout)
