@@ -59,3 +59,62 @@ def test_the_jvm_reads_the_krb5_conf_that_krb5_config_names():
     settings = Settings.from_environ({"KRB5_CONFIG": "/etc/site/krb5.conf:/etc/krb5.conf"})
     assert settings.java_options() == ["-Djava.security.krb5.conf=/etc/site/krb5.conf"]
     assert Settings.from_environ({}).java_options() == []
+
+
+# ---------------------------------------------------------------- a keytab job's own login
+
+
+def test_a_keytab_job_names_its_principal_and_ships_the_keytab(tmp_path):
+    from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+    from tfyarn.client import appspec, staging
+    from tfyarn.runtime import keytab
+
+    spec = from_el_submit(ElSubmitArgs(command=("true",), app_type="standalone"), str(tmp_path))
+    assert staging.keytab_job(spec, None, None) is spec
+    job = staging.keytab_job(spec, "alice@TFYARN.TEST", str(KRB / "alice.keytab"))
+    assert (keytab.PRINCIPAL_VAR, "alice@TFYARN.TEST") in job.env
+    staged = staging.with_keytab(appspec.Staged("job.json"), str(KRB / "alice.keytab"))
+    assert staged.resources == ((keytab.KEYTAB_FILE, str(KRB / "alice.keytab"), "file"),)
+    files = appspec.files_dict(staged, None)
+    assert files[keytab.KEYTAB_FILE] == {"source": str(KRB / "alice.keytab"), "type": "file"}
+
+
+def test_the_launchers_login_replaces_the_token_file_with_its_ticket_cache(tmp_path):
+    from tfyarn.runtime import keytab
+
+    assert keytab.KeytabLogin.of_job({}, str(tmp_path)) is None
+    login = keytab.KeytabLogin.of_job({keytab.PRINCIPAL_VAR: "alice@TFYARN.TEST"},
+                                      str(tmp_path))
+    assert login is not None and login.keytab == str(tmp_path / keytab.KEYTAB_FILE)
+    env = login.task_env({"HADOOP_TOKEN_FILE_LOCATION": "/x/container_tokens", "A": "1"})
+    assert env == {"A": "1", "KRB5CCNAME": f"FILE:{tmp_path / keytab.CCACHE_FILE}"}
+
+
+def test_a_node_without_kinit_or_a_kdc_is_one_sentence_for_the_job(tmp_path):
+    import shutil as sh
+
+    from tfyarn.runtime import keytab
+
+    sh.copy(KRB / "alice.keytab", tmp_path / keytab.KEYTAB_FILE)
+    login = keytab.KeytabLogin.of_job({keytab.PRINCIPAL_VAR: "alice@TFYARN.TEST"},
+                                      str(tmp_path))
+    assert login is not None
+    assert "this node has no kinit" in (login.login({"PATH": str(tmp_path)}) or "")
+    conf = tmp_path / "krb5.conf"  # the realm's KDC is not there: kinit's own words
+    conf.write_text("[libdefaults]\n default_realm = TFYARN.TEST\n[realms]\n TFYARN.TEST = "
+                    "{\n  kdc = tcp/127.0.0.1:1\n }\n")
+    problem = login.login({"PATH": "/usr/bin:/bin", "KRB5_CONFIG": str(conf)}) or ""
+    assert problem.startswith(f"kinit -kt {keytab.KEYTAB_FILE} alice@TFYARN.TEST failed on "
+                              "this node: kinit: Cannot contact any KDC"), problem
+
+
+def test_the_tasks_jvm_reads_the_nodes_krb5_conf():
+    from tfyarn.hdfs.plugin import jvm_env
+
+    assert jvm_env({}) == {}
+    assert jvm_env({"KRB5_CONFIG": "/etc/k.conf:/etc/other"}) == {
+        "LIBHDFS_OPTS": "-Djava.security.krb5.conf=/etc/k.conf"}
+    assert jvm_env({"KRB5_CONFIG": "/etc/k.conf", "LIBHDFS_OPTS": "-Xmx1g"}) == {
+        "LIBHDFS_OPTS": "-Xmx1g -Djava.security.krb5.conf=/etc/k.conf"}
+    assert jvm_env({"KRB5_CONFIG": "/etc/k.conf",
+                    "LIBHDFS_OPTS": "-Djava.security.krb5.conf=/etc/k.conf"}) == {}

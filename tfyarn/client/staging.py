@@ -18,6 +18,7 @@ from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.hdfs import siteconf
 from tfyarn.runtime import docker as dockerrun
+from tfyarn.runtime import keytab as krb
 
 if TYPE_CHECKING:
     from tfyarn.hdfs.spnego import Negotiator
@@ -60,6 +61,23 @@ def stage(spec: JobSpec, tmp: str) -> appspec.Staged:
             contents.append(name)
     env = spec.runtime.arg if spec.runtime.mode == "virtual-env" else None
     return appspec.Staged(job_json, tuple(resources), tuple(contents), env)
+
+
+def keytab_job(spec: JobSpec, principal: str | None, keytab: str | None) -> JobSpec:
+    """A --principal/--keytab job: its tasks log in themselves from the keytab (shipped by
+    `with_keytab`), so HDFS outlives its delegation tokens' max lifetime."""
+    if not (principal and keytab):
+        return spec
+    return dataclasses.replace(spec, env=(*spec.env, (krb.PRINCIPAL_VAR, principal)))
+
+
+def with_keytab(staged: appspec.Staged, keytab: str | None) -> appspec.Staged:
+    """The keytab among the files YARN localizes (private to the application, in the
+    submitter's staging dir): every container's launcher logs its tasks in with it."""
+    if not keytab:
+        return staged
+    entry = (krb.KEYTAB_FILE, os.path.abspath(keytab), "file")
+    return dataclasses.replace(staged, resources=(*staged.resources, entry))
 
 
 def use_cache(staged: appspec.Staged, settings: Settings, conf_dir: str | None,

@@ -201,10 +201,12 @@ def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
     interrupts = interrupts or Interrupts()
     require_client(opts)
     defaults = staging.load_defaults(settings, settings.conf_dir(opts.conf_dir))
+    spec = staging.keytab_job(spec, opts.principal, opts.keytab)
     with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:
         conf_dir = settings.conf_dir(opts.conf_dir)
         login = kerberos.login(conf_dir, opts.principal, opts.keytab, settings.krb5_ccache)
         staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir, login)
+        staged = staging.with_keytab(staged, opts.keytab)
         app_spec = appspec.application_spec(spec, staged, defaults)
         with yarn_client(opts) as client, interrupts.deferred():
             # deferred from before the submit: a signal during it must not lose the app id

@@ -149,6 +149,26 @@ def memory_phrase(flag: str, memory_mb: int) -> str:
     return f"container killed for exceeding its memory: raise {flag} (now {memory_mb} MB)"
 
 
+TOKEN_EXPIRED = ("SecretManager$InvalidToken)", "expired")  # Hadoop's client, in the task's
+# stderr, when the NameNode refuses a delegation token past its max lifetime (captured:
+# tests/fixtures/hadoop-3.3.6-secure/task-stderr-token-expired.txt)
+
+
+def token_expired(line: str) -> bool:
+    """Whether a task's stderr line is Hadoop's refusal of an expired delegation token."""
+    return all(word in line for word in TOKEN_EXPIRED)
+
+
+def token_end(code: int | None) -> dict:
+    """The exit record of a task that failed after its HDFS delegation token expired: not
+    retried (a restart has the same tokens); the one line says what to pass."""
+    return {"code": code, "cause": PERMANENT, "explained": True,
+            "reason": f"exited with code {code} after its HDFS delegation token expired (the "
+                      "NameNode's dfs.namenode.delegation.token.max-lifetime ends every "
+                      "token; a job that runs longer needs its own login): resubmit with "
+                      "--principal YOU@REALM --keytab KEYTAB"}
+
+
 def memory_end(code: int | None, flag: str, memory_mb: int, limit_mb: int) -> dict:
     """The exit record's account of a task the kernel killed at its docker container's
     memory limit (`limit_mb`: its share of the YARN container): never retried, as

@@ -104,8 +104,7 @@ class Settings:
         """Options for a JVM tfyarn starts (skein's driver): the Kerberos configuration
         KRB5_CONFIG names (its first file; MIT's tools take a list), which Java ignores
         and would read /etc/krb5.conf instead, another realm or none."""
-        first = (self.krb5_config or "").split(":")[0]
-        return [f"-Djava.security.krb5.conf={first}"] if first else []
+        return krb5_java_options(self.krb5_config)
 
     def conf_dir(self, given: str | None = None) -> str | None:
         """The Hadoop client configuration: -conf, else HADOOP_CONF_DIR, else the
@@ -130,3 +129,10 @@ def hadoop_user(env: Mapping[str, str]) -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:
         return env.get("USER") or env.get("LOGNAME") or str(os.getuid())
+
+
+def krb5_java_options(krb5_config: str | None) -> list[str]:
+    """The JVM option naming KRB5_CONFIG's first file (MIT's tools take a list); Java
+    ignores KRB5_CONFIG and reads /etc/krb5.conf, another realm or none."""
+    first = (krb5_config or "").split(":")[0]
+    return [f"-Djava.security.krb5.conf={first}"] if first else []

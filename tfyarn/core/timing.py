@@ -25,6 +25,9 @@ def heartbeat_s(timeout_s: float) -> float:
     return min(HEARTBEAT_MAX_S, timeout_s / 6)
 
 
+KEYTAB_RELOGIN_S = 3600.0  # a keytab job's tasks get a fresh ticket this often: well inside
+# any realm's ticket lifetime (10 h or 24 h usually), one kinit an hour per container
+
 WAKE_S = 0.5  # a launcher waiting for the cluster spec re-checks its flags this often
 PARENT_CHECK_S = 5.0  # a running launcher's backstop look at its parent: its death comes
 # as a signal (local mode: parent-death signal; YARN: the NodeManager's group kill)

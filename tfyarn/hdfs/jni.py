@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfyarn.core.errors import EnvironmentMissing
+from tfyarn.hdfs.plugin import jvm_env
 
 _FILESYSTEMS: dict[tuple[str, str | None], Any] = {}  # one JVM client per process and fs
 
@@ -59,7 +60,7 @@ def client_env(environ: Mapping[str, str]) -> dict[str, str]:
         raise HadoopClientMissing(f"`{binary} classpath --glob` failed: {r.stderr.strip()}")
     before = environ.get("CLASSPATH")
     return {"CLASSPATH": r.stdout.strip() + (os.pathsep + before if before else ""),
-            "ARROW_LIBHDFS_DIR": native, "HADOOP_HOME": home}
+            "ARROW_LIBHDFS_DIR": native, "HADOOP_HOME": home, **jvm_env(environ)}
 
 
 def filesystem(uri: str, user: str | None = None) -> Any:

@@ -15,11 +15,12 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from tfyarn.core.errors import EnvironmentMissing
-from tfyarn.core.settings import Settings
+from tfyarn.core.settings import Settings, krb5_java_options
 
 SOURCE = Path(__file__).parent / "native" / "hdfs_plugin.cc"
 HOOK_DIR = str(Path(__file__).parent / "hook")
@@ -84,7 +85,16 @@ def plugin_env(env: dict[str, str]) -> dict[str, str]:
         return {}
     path = env.get("PYTHONPATH")
     return {"PYTHONPATH": HOOK_DIR + (os.pathsep + path if path else ""),
-            PLUGIN_ENV: env.get(PLUGIN_ENV) or "auto"}
+            PLUGIN_ENV: env.get(PLUGIN_ENV) or "auto", **jvm_env(env)}
+
+
+def jvm_env(env: Mapping[str, str]) -> dict[str, str]:
+    """LIBHDFS_OPTS for the JVM libhdfs starts in a task: the node's KRB5_CONFIG, where it
+    sets one (a Kerberos login by ticket cache needs the realm's KDCs)."""
+    extra = [o for o in krb5_java_options(env.get("KRB5_CONFIG"))
+             if o not in env.get("LIBHDFS_OPTS", "")]
+    return {"LIBHDFS_OPTS": " ".join([env.get("LIBHDFS_OPTS", ""), *extra]).strip()} \
+        if extra else {}
 
 
 def main() -> int:

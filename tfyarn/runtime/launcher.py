@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.policy import PERMANENT, memory_end, stderr_excerpt
+from tfyarn.core.policy import PERMANENT, memory_end, stderr_excerpt, token_end, token_expired
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import (
@@ -53,7 +53,7 @@ from tfyarn.core.timing import (
 from tfyarn.hdfs import plugin as hdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import users_env
-from tfyarn.runtime import docker, proc
+from tfyarn.runtime import docker, keytab, proc
 
 TAG_VAR = "TFYARN_TASK_TAG"  # marks every process of one launcher's tree, for the watchdog
 
@@ -279,12 +279,13 @@ class Launcher:
     watchdog: int
     reported: set[Task] = field(default_factory=set)
     cluster_seen: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)  # the launcher ends
 
     def run(self) -> None:
         """Register every task, wait for the cluster, run and supervise the processes."""
         host = self.settings.advertise_host or socket.getfqdn()
         self.store.expect([kvmod.CLUSTER, kvmod.STOP])  # before the driver can put them
-        unfit = self.docker_problem(host)
+        unfit = self.docker_problem(host) or self.login_problem()
         if unfit:
             for task in self.args.tasks:
                 say(unfit, task)
@@ -325,6 +326,21 @@ class Launcher:
                 else docker.outside_image(host, run.image)
         why = docker.unusable()
         return None if why is None else docker.node_problem(host, self.settings.user, why)
+
+    def login_problem(self) -> str | None:
+        """A keytab job: the tasks' own Kerberos login (kept fresh from here on), or why
+        this node cannot make it; checked before registering, as docker is."""
+        login = self.login
+        if login is None:
+            return None
+        problem = login.login(os.environ)
+        if problem is None:
+            _daemon(lambda: login.keep(os.environ, self.done, say))
+        return problem
+
+    @property
+    def login(self) -> keytab.KeytabLogin | None:
+        return keytab.KeytabLogin.of_job(dict(self.args.job.env), os.getcwd())
 
     def devices(self) -> list[str]:
         if self.args.gpus == "auto":
@@ -381,7 +397,12 @@ class Launcher:
 
     def start(self, slot: Slot, env_vars: dict[str, str]) -> None:
         a, job_id = self.args, self.settings.job_id or "unknown"
+        login = self.login
+        if login is not None:  # docker forwards env_vars by name: the cache's too
+            env_vars = {**env_vars, "KRB5CCNAME": login.ccache}
         env = users_env({**os.environ, **env_vars, TAG_VAR: slot.tag})
+        if login is not None:
+            env = login.task_env(env)
         if self.in_docker:
             slot.container = docker.container_name(job_id, a.gang, str(slot.task))
             argv = self.docker_argv(slot, env_vars)
@@ -396,7 +417,7 @@ class Launcher:
         slot.pumps = (proc.LinePump(slot.child.stdout, getattr(sys.stdout, "buffer", None),
                                     prefix=prefix),
                       proc.LinePump(slot.child.stderr, getattr(sys.stderr, "buffer", None),
-                                    prefix=prefix))
+                                    prefix=prefix, notice=token_expired))
 
     def ended(self, slot: Slot, code: int) -> None:
         for pump in slot.pumps:
@@ -404,6 +425,8 @@ class Launcher:
         tail = list(stderr_excerpt(list(slot.pumps[1].tail))) if slot.pumps else []
         record = {"code": code, "stopped": self.flag.reason is not None,
                   "reason": self.flag.reason, "tail": tail}
+        if code and slot.pumps and slot.pumps[1].noticed and self.login is None:
+            record.update(token_end(code))
         if slot.container:  # the daemon's child, not ours: removed here, whatever ended it
             if code and docker.oom_killed(slot.container):
                 res = self.args.job.container_of(slot.task).resources
@@ -446,8 +469,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     flag = StopFlag()
     install_signal_handlers(flag)
     store = kvmod.Scoped(kvmod.open_kv(args.store_url), args.gang)
-    done = threading.Event()
     launcher = Launcher(args, settings, store, flag, tag, watchdog)
+    done = launcher.done
     try:
         interval = heartbeat_s(args.job.heartbeat_timeout_s)
         _daemon(lambda: heartbeat(store, args.tasks, flag, done, interval))

@@ -696,11 +696,13 @@ class LinePump:
     """
 
     def __init__(self, stream: IO[bytes], sink: IO[bytes] | None, keep: int = TAIL_KEEP,
-                 prefix: bytes = b"") -> None:
+                 prefix: bytes = b"", notice: Callable[[str], bool] | None = None) -> None:
         self.stream = stream
         self.sink = Sink(sink)
         self.prefix = prefix  # each line's, when several processes share one log
         self.tail: collections.deque[str] = collections.deque(maxlen=keep)
+        self.notice = notice  # a line worth knowing of, however far from the tail
+        self.noticed = False
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
 
@@ -709,7 +711,10 @@ class LinePump:
         for chunk in iter(lambda: self.stream.readline(CHUNK), b""):
             self.sink.write(chunk if partial else self.prefix + chunk)
             if not partial:
-                self.tail.append(cut_line(chunk.decode("utf-8", "replace")))
+                line = chunk.decode("utf-8", "replace")
+                self.tail.append(cut_line(line))
+                if self.notice is not None and not self.noticed:
+                    self.noticed = self.notice(line)
             partial = not chunk.endswith(b"\n")
         if partial:
             self.sink.write(b"\n")
