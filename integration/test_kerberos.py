@@ -1,9 +1,8 @@
 """tfyarn through the front door of a Kerberized cluster (#28), on the sandbox started with
 SANDBOX_SECURE=1: an MIT KDC on 127.0.0.1, HDFS and YARN with kerberos authentication,
-service authorization, block access tokens and SPNEGO (`pytest integration/test_kerberos.py
---yarn`; CI runs it after the rest of the suite, on the same 3 nodes restarted secured).
-Skipped on a cluster without Kerberos. `tfyarn logs` is not tested here: the secured
-sandbox aggregates no logs (see scripts/yarn-sandbox).
+service authorization, block access tokens, SPNEGO, and HDFS delegation tokens that live
+minutes (`pytest integration/test_kerberos.py --yarn`; CI runs it after the rest of the
+suite, on the same 3 nodes restarted secured). Skipped on a cluster without Kerberos.
 """
 
 from __future__ import annotations
@@ -13,12 +12,25 @@ import re
 import shutil
 import subprocess
 import sys
+import urllib.error
 from pathlib import Path
 
 import pytest
-from conftest import APP_ID, DATA, REPO, final_state, wait_until, yarn_cli
+from conftest import (
+    APP_ID,
+    DATA,
+    REPO,
+    aggregated_logs,
+    aggregation_done,
+    final_state,
+    packed_env,
+    py,
+    wait_until,
+    yarn_cli,
+)
 
-from tfyarn.hdfs import siteconf
+from tfyarn.client import kerberos, rm
+from tfyarn.hdfs import siteconf, spnego
 
 pytestmark = pytest.mark.yarn
 SMALL = ["-pm", "768", "-wm", "768"]
@@ -73,15 +85,6 @@ def app_count() -> int:
                                                            "-appStates", "ALL"), re.M))
 
 
-def node_logs(app_id: str) -> str:
-    """The app's container logs where its NodeManagers keep them: the secured sandbox
-    aggregates none (its NodeManagers lack Hadoop's native library, which a Kerberized
-    NodeManager needs to read them), and its nodes are this machine."""
-    sandbox = Path(os.environ["HADOOP_CONF_DIR"]).parent
-    return "".join(p.read_text(errors="replace")
-                   for p in sorted(sandbox.glob(f"nodes/*/nm-logs/{app_id}/*/*")) if p.is_file())
-
-
 def one_error(out: subprocess.CompletedProcess) -> str:
     """The run exited 2 with exactly one `Error:` line and no traceback; that line."""
     assert out.returncode == 2, out.stderr
@@ -111,7 +114,7 @@ def test_submit_with_the_ticket_cache_then_status_logs_ls_kill():
     assert final_state(app_id) == "FINISHED/SUCCEEDED"
     status = tfyarn("status", app_id, "--tasks")
     assert status.returncode == 0 and "SUCCEEDED" in status.stdout, status.stderr
-    assert "hello from worker:1" in node_logs(app_id)
+    assert "hello from worker:1" in aggregated_logs(app_id, "worker:1")
     assert app_id in tfyarn("ls", "--all").stdout
     out, sleeper = submit("-t", "standalone", *SMALL, "--detach", "-c", "sleep 300")
     assert out.returncode == 0 and sleeper, out.stderr
@@ -120,13 +123,34 @@ def test_submit_with_the_ticket_cache_then_status_logs_ls_kill():
     assert final_state(sleeper).endswith("/KILLED")
 
 
-def test_submit_with_principal_and_keytab_and_no_ticket(tmp_path):
+def test_submit_with_principal_and_keytab_and_no_ticket_then_status_logs_ls(tmp_path):
     bare = no_ticket(tmp_path)
     out, app_id = submit("-t", "standalone", *SMALL, "--principal",
                          os.environ["SANDBOX_PRINCIPAL"], "--keytab", os.environ["SANDBOX_KEYTAB"],
                          "-c", "echo by-keytab", env=bare)
     assert out.returncode == 0, out.stderr
     assert final_state(app_id) == "FINISHED/SUCCEEDED"
+    login = ["--principal", os.environ["SANDBOX_PRINCIPAL"], "--keytab",
+             os.environ["SANDBOX_KEYTAB"]]  # cron's lifecycle commands: a keytab, no ticket
+    status = tfyarn("status", app_id, *login, env=bare)
+    assert status.returncode == 0 and "SUCCEEDED" in status.stdout, status.stderr
+    assert app_id in tfyarn("ls", "--all", *login, env=bare).stdout
+    wait_until(lambda: aggregation_done(app_id), 90, "log aggregation")
+    logs = tfyarn("logs", app_id, *login, env=bare)
+    assert logs.returncode == 0 and "by-keytab" in logs.stdout, logs.stderr
+    assert subprocess.run(["klist", "-s"], env=bare).returncode != 0  # the user's cache: untouched
+
+
+def test_rest_speaks_spnego_where_the_rm_asks_for_it():
+    """status/ls read the RM's REST API (no JVM): 401 Negotiate without a login, the
+    report with the ticket cache's SPNEGO token."""
+    conf, user = os.environ["HADOOP_CONF_DIR"], os.environ["SANDBOX_PRINCIPAL"].split("@")[0]
+    login = kerberos.login(conf, None, None, os.environ["KRB5CCNAME"])
+    assert login is not None
+    apps = rm.RestClient.from_conf_dir(conf, user, login).apps("tfyarn", rm.ALL_STATES)
+    assert apps and all(a["id"].startswith("application_") for a in apps)
+    with pytest.raises(rm.Unavailable, match="401"):
+        rm.RestClient.from_conf_dir(conf, user).apps("tfyarn", rm.ALL_STATES)
 
 
 def _stale_keytab(tmp_path: Path) -> tuple[str, Path]:
@@ -183,8 +207,170 @@ def test_census_with_a_keytab_reads_hdfs_through_the_plugin(tmp_path):
                          "-c", "python", "census_single.py", "--data-dir",
                          f"hdfs://127.0.0.1:9000{base}", env=no_ticket(tmp_path), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    acc = [float(x) for x in re.findall(r"eval_accuracy=(\d\.\d+)", node_logs(app_id))]
+    acc = [float(x) for x in re.findall(r"eval_accuracy=(\d\.\d+)", aggregated_logs(app_id))]
     assert acc and acc[-1] >= 0.84, acc
     status = tfyarn("status", app_id)
     assert status.returncode == 0 and "SUCCEEDED" in status.stdout, status.stderr
 
+
+
+def test_the_env_cache_and_f_from_hdfs_over_spnego(tmp_path):
+    """-m virtual-env's archive goes to the HDFS cache over WebHDFS with SPNEGO once, and
+    a resubmit uploads nothing; `-f hdfs://` is localized with the job's tokens."""
+    packed_env(tmp_path)
+    cfg = f"/user/{os.environ['SANDBOX_PRINCIPAL'].split('@')[0]}/cfg-{os.getpid()}.txt"
+    (tmp_path / "cfg.txt").write_text("lr=0.1")
+    put = subprocess.run(["hdfs", "dfs", "-put", "-f", str(tmp_path / "cfg.txt"), cfg],
+                         capture_output=True, text=True)
+    assert put.returncode == 0, put.stderr
+    run = ("-t", "standalone", "-m", "virtual-env", "-m_arg", "env.tar.gz", "-f",
+           f"hdfs://{cfg}", *SMALL, "-c",
+           "cat cfg-*.txt; echo; " + py("import sys; print('PREFIX', sys.prefix)"))
+    first, app_id = submit(*run, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert re.search(r"-m_arg: uploaded \d+ MB to the HDFS cache \(hdfs:///user/\S+/\.tfyarn/"
+                     r"cache/", first.stderr), first.stderr
+    second, app_id = submit(*run, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr
+    assert "-m_arg: cached on HDFS, nothing uploaded" in second.stderr
+    logs = aggregated_logs(app_id, "worker:0")
+    assert "lr=0.1" in logs and re.search(r"PREFIX \S+/env\b", logs), logs
+
+
+SPARK_WRITE = """
+import sys
+from pyspark.sql import SparkSession, functions as F
+from tfyarn.data import spark as tds
+spark = (SparkSession.builder.master("yarn").appName("tfyarn-kerberos-write")
+         .config("spark.ui.enabled", "false").config("spark.executor.instances", "2")
+         .config("spark.executor.memory", "1g").getOrCreate())
+df = spark.range(0, 1000, numPartitions=4).withColumn("x", F.col("id") * 2)
+assert tds._sink(spark, sys.argv[1])[0] == "hadoop"  # Kerberos: Hadoop's own client
+m = tds.write(df, sys.argv[1])
+print(m.rows, len(m.shards))
+spark.stop()
+"""
+
+READ_SHARE = ("import tfyarn.data as d; rows = list(d.rows()); "
+              "print('SHARE', len(rows), sum(r['x'] for r in rows))")
+
+
+def test_spark_on_yarn_writes_tfyarn_data_and_tasks_read_it_with_data(tmp_path):
+    """Spark on this Kerberized YARN (the ticket cache; its executors write with the
+    tokens Spark got them) writes a dataset; `--data` checks it from the gateway over
+    WebHDFS with SPNEGO; two workers each read their share through the plugin."""
+    import uuid
+
+    from tfyarn.data import read
+
+    url = f"hdfs:///user/{os.environ['SANDBOX_PRINCIPAL'].split('@')[0]}/ds-{uuid.uuid4().hex[:8]}"
+    java = f"-Djava.security.krb5.conf={os.environ['KRB5_CONFIG']}"  # Spark's driver JVM
+    out = subprocess.run([sys.executable, "-c", SPARK_WRITE, url], capture_output=True,
+                         text=True, timeout=600, env={**os.environ, "PYSPARK_PYTHON":
+                                                      sys.executable, "SPARK_SUBMIT_OPTS": java})
+    assert out.returncode == 0 and out.stdout.split() == ["1000", "4"], out.stderr[-5000:]
+    assert read.manifest(url).rows == 1000  # the gateway's read: WebHDFS with SPNEGO
+    run, app_id = submit("-t", "tensorflow-worker", "-wn", "2", *SMALL, "--data", url,
+                         "-c", py(READ_SHARE))
+    assert run.returncode == 0, run.stderr[-5000:]
+    shares = re.findall(r"SHARE (\d+) (\d+)", aggregated_logs(app_id))
+    assert len(shares) == 2 and sum(int(n) for n, _ in shares) == 1000, shares
+    assert sum(int(t) for _, t in shares) == 2 * sum(range(1000))
+
+
+def test_job_page_through_the_rm_proxy_with_spnego(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-ps", "-pn",
+                             "1", "-wn", "1", *SMALL, "--python", sys.executable, "-c",
+                             "sleep 600"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    page = None
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("tfyarn: job page: "):
+            page = line.split(": ", 2)[2].strip()
+        if page and "training" in line:
+            break
+    app_id = (proc.stdout.readline() if proc.stdout else "").strip()
+    try:
+        assert page and APP_ID.match(app_id), page
+        with pytest.raises(urllib.error.HTTPError, match="401"):
+            spnego.urlopen(page, {}, None, 30)  # the proxy wants a login
+        login = kerberos.login(os.environ["HADOOP_CONF_DIR"], None, None, None)
+        with spnego.urlopen(page, {}, login, 30) as resp:
+            html = resp.read().decode()
+        for task in ("ps:0", "chief:0"):
+            assert f"<td>{task}</td>" in html, html
+    finally:
+        if app_id:
+            yarn_cli("application", "-kill", app_id)
+        proc.communicate(timeout=120)
+
+
+NUMBERED = ('for i in $(seq 1 60); do echo "n $i of $TFYARN_TASK_TYPE:$TFYARN_TASK_INDEX"; '
+            'sleep 0.2; done')
+
+
+def test_interact_streams_lines_while_the_job_runs():
+    """-interact reads the NodeManagers' logs as they grow (their REST API wants SPNEGO):
+    every line once, in order, the first ones while the job runs (without SPNEGO all
+    would come from `yarn logs` after it)."""
+    out, app_id = submit("-t", "tensorflow-worker", "-wn", "2", *SMALL, "-interact", "True",
+                         "-c", NUMBERED)
+    assert out.returncode == 0, out.stderr[-5000:]
+    lines = out.stderr.splitlines()
+    finishing = lines.index("tfyarn: finishing")
+    for task in ("worker:0", "worker:1"):
+        got = [(i, x) for i, x in enumerate(lines) if x.startswith(f"[{task}] n ")]
+        assert [x for _, x in got] == [f"[{task}] n {k} of {task}" for k in range(1, 61)]
+        assert got[0][0] < finishing, "no line came while the job ran: not read live"
+
+
+LONG = """
+import sys, time
+import tensorflow as tf
+d, end, i = sys.argv[1], time.time() + float(sys.argv[2]), 0
+tf.io.gfile.makedirs(d)
+while time.time() < end:
+    with tf.io.gfile.GFile(f"{d}/step-{i}", "w") as f:
+        f.write(str(i))
+    with tf.io.gfile.GFile(f"{d}/step-{i}") as f:
+        assert f.read() == str(i)
+    print("step", i, "ok", flush=True)
+    i += 1
+    time.sleep(10)
+print("LONGOK", i)
+"""
+
+
+def test_a_job_outliving_its_tokens_lives_by_keytab_and_fails_by_ticket_saying_so(tmp_path):
+    """The sandbox's HDFS delegation tokens die after dfs.namenode.delegation.token.max-
+    lifetime (minutes). Two jobs write and read HDFS through the plugin every 10 s for
+    longer than that: by --principal/--keytab (the tasks log in themselves) to the end;
+    by the ticket cache alone, failing once its token dies, with one line saying what to
+    pass (and no restart: the same tokens would fail again)."""
+    hdfs_site = siteconf.read_site(os.path.join(os.environ["HADOOP_CONF_DIR"], "hdfs-site.xml"))
+    lifetime = int(hdfs_site["dfs.namenode.delegation.token.max-lifetime"]) / 1000
+    assert lifetime <= 600, "start the sandbox with SANDBOX_TOKEN_MAX_S of minutes"
+    (tmp_path / "long.py").write_text(LONG)
+    home = f"hdfs:///user/{os.environ['SANDBOX_PRINCIPAL'].split('@')[0]}"
+    keytab = ["--principal", os.environ["SANDBOX_PRINCIPAL"], "--keytab",
+              os.environ["SANDBOX_KEYTAB"]]
+
+    def start(name: str, *login: str, env: dict) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "tfyarn.cli", "-t", "standalone", "-wm", "1024", "-f",
+               "long.py", "--max-restarts", "1", *login, "--python", sys.executable, "-c",
+               f"python long.py {home}/long-{name}-{os.getpid()} {lifetime + 40}"]
+        return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    by_keytab = start("keytab", *keytab, env=no_ticket(tmp_path))
+    by_ticket = start("ticket", env=dict(os.environ))
+    out_k, err_k = by_keytab.communicate(timeout=lifetime + 400)
+    out_t, err_t = by_ticket.communicate(timeout=400)
+    assert by_keytab.returncode == 0, err_k[-5000:]
+    assert "LONGOK" in aggregated_logs(out_k.strip().splitlines()[0], "worker:0")
+    assert by_ticket.returncode == 1, err_t[-5000:]
+    error = next(x for x in err_t.splitlines() if x.startswith("Error: "))
+    assert "worker:0: exited with code 1 after its HDFS delegation token expired" in error
+    assert "resubmit with --principal YOU@REALM --keytab KEYTAB" in error, error
+    assert "restarting after" not in err_t, err_t[-3000:]

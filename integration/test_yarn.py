@@ -9,11 +9,19 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import time
 
 import pytest
-from conftest import APP_ID, DATA, REPO, aggregated_logs, final_state, py, yarn_cli
+from conftest import (
+    APP_ID,
+    DATA,
+    REPO,
+    aggregated_logs,
+    final_state,
+    packed_env,
+    py,
+    yarn_cli,
+)
 
 from tfyarn.hdfs import siteconf
 
@@ -116,26 +124,7 @@ def test_virtual_env_archive(el_submit, tmp_path):
     """As a user must: an env with tfyarn installed in it, packed. Its other packages
     (skein, TF) come from this runner's site-packages through a .pth file, which holds on
     a single node (the sandbox); tfyarn itself is a real, non-editable install."""
-    import site
-    import sysconfig
-
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    purelib = subprocess.run([str(venv / "bin" / "python"), "-c",
-                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    runner_sites = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
-    (venv_site := __import__("pathlib").Path(purelib)).joinpath("runner.pth").write_text(
-        "\n".join(runner_sites) + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                    "--target", str(venv_site), str(REPO)], check=True, capture_output=True)
-    check = subprocess.run([str(venv / "bin" / "python"), "-c",  # not from the repo's cwd:
-                            "import tfyarn, skein; print(tfyarn.__file__)"],  # '' is sys.path[0]
-                           capture_output=True, text=True, cwd=tmp_path)
-    assert check.returncode == 0 and str(venv) in check.stdout, check.stderr
-    with tarfile.open(tmp_path / "env.tar.gz", "w:gz") as tar:
-        for item in venv.iterdir():
-            tar.add(item, arcname=item.name)
+    packed_env(tmp_path)
     out, app_id = el_submit("-t", "standalone", "-m", "virtual-env", "-m_arg", "env.tar.gz",
                             *SMALL, "-c", py("import sys; print('PREFIX', sys.prefix)"),
                             cwd=tmp_path)

@@ -74,9 +74,12 @@ def filesystem(uri: str, user: str | None = None) -> Any:
 
         if not _FILESYSTEMS:  # the JVM starts once, with the first one's environment
             os.environ.update(client_env(os.environ))
-        try:  # "default" + fs.defaultFS: pyarrow would prefix any other host with hdfs://
-            _FILESYSTEMS[key] = HadoopFileSystem("default", 0, user=user,
-                                                 extra_conf={"fs.defaultFS": default_fs})
+        # "default" + fs.defaultFS: pyarrow would prefix any other host with hdfs://; an
+        # hdfs:/// path (no NameNode named) is on the configuration's own fs.defaultFS
+        conf = {} if parsed.scheme == "hdfs" and not parsed.netloc else {
+            "fs.defaultFS": default_fs}
+        try:
+            _FILESYSTEMS[key] = HadoopFileSystem("default", 0, user=user, extra_conf=conf)
         except OSError as exc:
             raise HadoopClientMissing(f"Hadoop's client could not open {default_fs}: {exc} "
                                       "(its own words are on this process's stderr)") from None
