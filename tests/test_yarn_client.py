@@ -472,20 +472,27 @@ def test_rest_ha_tries_every_rm(rest_rm, tmp_path, no_hadoop_env):
     assert out.returncode == 0 and "final status: SUCCEEDED" in out.stdout, out.stderr
 
 
-def test_kerberos_falls_back_to_skein(rest_rm, tmp_path, no_hadoop_env):
-    """With Kerberos, REST (no SPNEGO here) is not even asked: the answering RM stand-in
-    sees no request, and the command goes to skein (here: no Hadoop client)."""
+def test_kerberos_checks_the_ticket_before_asking_rest(rest_rm, tmp_path, no_hadoop_env):
+    """With Kerberos, REST is asked as the login (SPNEGO when challenged), after the
+    ticket check: no ticket is one `Error:` line and the RM stand-in sees no request. An
+    RM whose web UI does not ask for SPNEGO (Kerberos RPC, simple HTTP auth) answers
+    as it is (here MIT's klist is off PATH, so the ticket cannot be checked first)."""
     port, seen = rest_rm
     _rm_site(tmp_path, [port])
     (tmp_path / "core-site.xml").write_text(
         "<configuration><property><name>hadoop.security.authentication</name>"
         "<value>kerberos</value></property></configuration>")
-    out = _tfyarn("status", "application_1_0009", "-conf", str(tmp_path), env=no_hadoop_env)
-    assert out.returncode == EXIT_TFYARN and out.stderr.startswith("Error: no Hadoop client")
+    env = {**no_hadoop_env, "KRB5CCNAME": f"FILE:{tmp_path / 'empty-ccache'}"}
+    out = _tfyarn("status", "application_1_0009", "-conf", str(tmp_path), env=env)
+    assert out.returncode == 2 and out.stderr.startswith(
+        f"Error: no Kerberos ticket in FILE:{tmp_path / 'empty-ccache'}: run kinit"), out.stderr
     assert seen == []
-    (tmp_path / "core-site.xml").write_text("<configuration/>")  # the control: simple auth
-    out = _tfyarn("status", "application_1_0009", "-conf", str(tmp_path), env=no_hadoop_env)
-    assert out.returncode == 0 and seen, out.stderr
+    without_klist = tmp_path / "bin"
+    without_klist.mkdir()
+    (without_klist / "python").symlink_to(sys.executable)
+    out = _tfyarn("status", "application_1_0009", "-conf", str(tmp_path),
+                  env={**env, "PATH": str(without_klist)})
+    assert out.returncode == 0 and "final status: SUCCEEDED" in out.stdout and seen, out.stderr
 
 
 def test_kill_of_a_finished_app_needs_no_jvm(rest_rm, tmp_path, no_hadoop_env):
