@@ -835,6 +835,14 @@ def _environ(pid: int) -> dict[str, str]:
         return dict(x.decode().partition("=")[::2] for x in f.read().split(b"\0") if x)
 
 
+def _conf_read(pid: int) -> str:
+    """The Hadoop configuration dir a skein driver JVM reads: its classpath's first entry
+    (tfyarn gives it with -cp; the process environment is left alone)."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = [x.decode() for x in f.read().split(b"\0")]
+    return argv[argv.index("-cp") + 1].split(os.pathsep)[0]
+
+
 def test_driver_stop_leaves_the_sites_configuration_it_read_as_it_is(tmp_path):
     """No HADOOP_CONF_DIR: the Hadoop install's etc/hadoop is the configuration. When tfyarn
     cannot amend its hdfs-site.xml, the warm driver reads that dir itself, and `tfyarn
@@ -856,12 +864,56 @@ def test_driver_stop_leaves_the_sites_configuration_it_read_as_it_is(tmp_path):
                              text=True, timeout=300)
     assert started.returncode == 0, started.stderr
     try:
+        assert [_conf_read(pid) for pid in _skein_drivers()] == [str(site)]
         assert [_environ(pid).get("HADOOP_CONF_DIR") for pid in _skein_drivers()] == [None]
     finally:
         stopped = subprocess.run([*tfyarn, "driver", "stop"], env=env, capture_output=True,
                                  text=True, timeout=120)
     assert stopped.returncode == 0 and "warm driver stopped" in stopped.stderr
     assert sorted(os.listdir(site)) == sorted(os.listdir(os.environ["HADOOP_CONF_DIR"]))
+
+
+def test_the_client_leaves_the_process_environment_as_it_is(tmp_path):
+    """A notebook's kernel: YARN clients in one process for two configurations in turn.
+    Each skein JVM reads its own configuration, and os.environ and sys.unraisablehook
+    are as they were after each (and after a start that failed)."""
+    from tfyarn.client import yarn
+
+    other = tmp_path / "conf"
+    shutil.copytree(os.environ["HADOOP_CONF_DIR"], other)
+    env, hook = dict(os.environ), sys.unraisablehook
+    for conf in (None, str(other)):
+        with yarn.yarn_client(yarn.ClientOptions(conf_dir=conf)) as client:
+            assert client.applications(["RUNNING", "FINISHED"]) is not None
+            mine = [pid for pid in _skein_drivers() if _parent(pid) == os.getpid()]
+            assert len(mine) == 1, mine
+            read = _conf_read(mine[0])
+            assert os.path.realpath(os.path.join(read, "core-site.xml")) == os.path.realpath(
+                os.path.join(conf or os.environ["HADOOP_CONF_DIR"], "core-site.xml"))
+        assert dict(os.environ) == env and sys.unraisablehook is hook
+
+
+
+def test_a_failed_driver_start_is_one_error_and_no_noise(tmp_path, capfd):
+    """A JVM that does not start: one TfYarnError, and the half-built skein client's
+    teardown says nothing (no `Exception ignored in` on stderr), with the process's
+    unraisable hook left alone."""
+    import gc
+
+    from tfyarn.core.errors import TfYarnError
+    from tfyarn.protocol.skeinlink import Yarn
+
+    hook = sys.unraisablehook
+    with pytest.raises(TfYarnError, match="skein"):
+        Yarn.start(None, None, str(tmp_path / "driver.log"), None, ["-XX:+NoSuchOption"])
+    gc.collect()
+    assert "Exception ignored" not in capfd.readouterr().err
+    assert sys.unraisablehook is hook
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
 def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit):
@@ -878,7 +930,7 @@ def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit
                                timeout=300)
         assert again.returncode == 0 and "already running" in again.stderr, again.stderr
         assert _skein_drivers() == warm
-        conf = _environ(warm[0])["HADOOP_CONF_DIR"]  # the site's, faster HDFS close retries
+        conf = _conf_read(warm[0])  # the site's, faster HDFS close retries
         assert conf != os.environ["HADOOP_CONF_DIR"]
         assert siteconf.CLIENT_DEFAULTS.items() <= \
             siteconf.read_site(os.path.join(conf, "hdfs-site.xml")).items()

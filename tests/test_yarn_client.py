@@ -110,6 +110,18 @@ def test_failure_text_names_task_tail_and_next_command():
     assert killed.value.exit_code == 3
 
 
+def test_a_finished_jobs_table_is_in_natural_order_after_its_json(tmp_path):
+    """The outcome is stored as JSON with sorted keys (worker:10 before worker:2); the
+    table read back from it (`tfyarn status` of a finished local job, el_submit's last
+    lines) lists ps, chief, then workers by number, as the running job's does."""
+    names = ["ps:0", "chief:0", *[f"worker:{i}" for i in range(12)]]
+    outcome = Outcome("SUCCEEDED", "done", tasks={n: {"host": "h", "code": 0} for n in names})
+    back = Outcome.from_json(outcome.to_json())
+    assert list(back.tasks)[:3] == ["chief:0", "ps:0", "worker:0"]  # as stored: text order
+    assert [x.split()[0] for x in format_tasks(back.tasks)] == [
+        "ps:0", "chief:0", *[f"worker:{i}" for i in range(12)]]
+
+
 def test_task_tables(tmp_path):
     lines = format_tasks({"ps:0": {"host": "n1", "code": -15, "stopped": True, "reason": "done"},
                           "chief:0": {"host": "n2", "code": 0, "stopped": False}})

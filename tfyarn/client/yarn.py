@@ -37,7 +37,7 @@ from tfyarn.core.policy import Outcome, am_end, attempt_tables, elapsed_words, r
 from tfyarn.core.progress import Progress
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
-from tfyarn.core.tfconfig import Task
+from tfyarn.core.tfconfig import Task, natural
 from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_END_POLL_S, YARN_POLL_S
 from tfyarn.hdfs import siteconf
 from tfyarn.hdfs.spnego import Negotiator
@@ -80,7 +80,7 @@ def require_client(opts: ClientOptions) -> None:
         raise EnvironmentMissing(f"{NO_HADOOP} (missing: yarn)")
     settings = Settings.from_environ()
     conf_dir = settings.conf_dir(opts.conf_dir)
-    warm = (warm_driver() or {}).get("conf_dir") == os.environ.get("HADOOP_CONF_DIR")
+    warm = (warm_driver() or {}).get("conf_dir") == conf_dir
     if opts.keytab or not warm:
         kerberos.check_login(conf_dir, opts.principal, opts.keytab, settings.kerberos_env())
 
@@ -89,19 +89,20 @@ def _start_client(opts: ClientOptions, log: str, conf_dest: str) -> Yarn:
     """The warm driver when one serves this configuration (no --principal/--keytab of
     this call's own), else a driver of this call's own (a JVM: ~5 s), reading its
     Hadoop configuration from `conf_dest` (see `driver_conf`)."""
+    settings = Settings.from_environ()
+    conf_dir = settings.conf_dir(opts.conf_dir)
     if not opts.principal and not opts.keytab:
-        warm = Yarn.warm(os.environ.get("HADOOP_CONF_DIR"))
+        warm = Yarn.warm(conf_dir)
         if warm is not None:
             return warm
-    return Yarn.start(opts.principal, opts.keytab, log, driver_conf(conf_dest),
-                      Settings.from_environ().java_options())
+    return Yarn.start(opts.principal, opts.keytab, log, driver_conf(dest=conf_dest,
+                      conf_dir=conf_dir), settings.java_options())
 
 
-def driver_conf(dest: str) -> str | None:
-    """The Hadoop configuration skein's driver is started with: the site's, with faster
-    HDFS close retries (siteconf.CLIENT_DEFAULTS: most of a submit was spent in them),
-    made in `dest`; None where there is no configuration dir to start from."""
-    conf_dir = Settings.from_environ().conf_dir()
+def driver_conf(dest: str, conf_dir: str | None) -> str | None:
+    """The Hadoop configuration skein's driver is started with: `conf_dir` (the site's),
+    with faster HDFS close retries (siteconf.CLIENT_DEFAULTS: most of a submit was spent
+    in them), made in `dest`; None where there is no configuration dir to start from."""
     return siteconf.client_conf(conf_dir, dest) if conf_dir else None
 
 
@@ -129,7 +130,7 @@ def _start_warm(conf_dir: str | None, opts: ClientOptions) -> None:
     settings = Settings.from_environ()
     log = settings.log_path("skein-warm-driver.log")
     own = tempfile.mkdtemp(prefix="warm-driver-conf-", dir=settings.own_dir("driver-conf"))
-    conf = driver_conf(own)
+    conf = driver_conf(own, conf_dir)
     if conf != own:  # the site's own serves as it is (see siteconf.client_conf)
         shutil.rmtree(own, ignore_errors=True)
         conf = None  # never recorded: `driver stop` removes what is recorded
@@ -146,9 +147,7 @@ def _start_warm(conf_dir: str | None, opts: ClientOptions) -> None:
 def driver(action: str, opts: ClientOptions) -> int:
     """`tfyarn driver start|stop|status`: a warm skein driver that submits, status and
     kill calls share instead of each starting a JVM."""
-    if opts.conf_dir:
-        os.environ["HADOOP_CONF_DIR"] = os.path.abspath(opts.conf_dir)
-    conf_dir = os.environ.get("HADOOP_CONF_DIR")
+    conf_dir = Settings.from_environ().conf_dir(opts.conf_dir)
     if action == "start":
         require_client(opts)
         if _warm_running(conf_dir):
@@ -169,8 +168,6 @@ def yarn_client(opts: ClientOptions) -> Iterator[Yarn]:
     """skein's YARN client; its driver's log goes to a file, named when a call fails and
     removed otherwise."""
     require_client(opts)
-    if opts.conf_dir:
-        os.environ["HADOOP_CONF_DIR"] = os.path.abspath(opts.conf_dir)  # read by skein's driver
     log = Settings.from_environ().log_path(f"skein-driver-{os.getpid()}.log")
     with keeping_log(log), tempfile.TemporaryDirectory(prefix="tfyarn-driver-conf-") as conf, \
             _start_client(opts, log, conf) as client:
@@ -363,7 +360,7 @@ class StoreView:
         self._registered(len(snap.addrs))
         self._phase(store.get(kvmod.PHASE))
         self.news.read(store)
-        for task in sorted(snap.started - self.started, key=taskstate.natural):
+        for task in sorted(snap.started - self.started, key=natural):
             self._log_link(store, task)
         self.started |= snap.started
         raw = store.get(kvmod.STATUS)

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from tfyarn.core.errors import SIGNAL_BASE
-from tfyarn.core.tfconfig import Task
+from tfyarn.core.tfconfig import Task, natural_name
 
 if TYPE_CHECKING:
     from tfyarn.core.jobspec import JobSpec
@@ -428,9 +428,10 @@ def attempt_tables(outcome: Outcome) -> list[str]:
 
 
 def format_tasks(tasks: Mapping[str, Mapping]) -> list[str]:
-    """One line per task: name, host, exit code and why it ended."""
+    """One line per task, in natural order (the outcome's JSON keeps them sorted as
+    text: worker:10 before worker:2): name, host, exit code and why it ended."""
     lines = []
-    for name, t in tasks.items():
+    for name, t in sorted(tasks.items(), key=lambda item: natural_name(item[0])):
         code = "-" if t.get("code") is None else str(t.get("code"))
         if t.get("lost"):
             note = f"lost: {t.get('reason')}"

@@ -26,6 +26,20 @@ class Task(NamedTuple):
         return cls(kind, int(idx))
 
 
+def natural(task: Task) -> tuple[int, int]:
+    """ps, chief, worker:0, worker:2, worker:10: by type, then by number."""
+    rank = TASK_TYPES.index(task.type) if task.type in TASK_TYPES else len(TASK_TYPES)
+    return rank, task.index
+
+
+def natural_name(name: str) -> tuple[int, int, str]:
+    """`natural` for a task's name; a name that is no task sorts last, as it is."""
+    try:
+        return (*natural(Task.parse(name)), "")
+    except ValueError:
+        return len(TASK_TYPES) + 1, 0, name
+
+
 def topology(app_type: str, ps_num: int, worker_num: int) -> tuple[tuple[str, int], ...]:
     """Role counts for an app type.
 

@@ -17,6 +17,7 @@ what to run next.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import select
@@ -33,6 +34,7 @@ from tfyarn.core.errors import EnvironmentMissing, SpecError, StoreGone, TfYarnE
 
 T = TypeVar("T")
 GRPC_FORK_VAR = "GRPC_ENABLE_FORK_SUPPORT"
+CLASSPATH_TIMEOUT_S = 60.0  # `yarn classpath` for skein's JVM: a shell script, milliseconds
 WARM_STOP_S = 10.0  # `tfyarn driver stop`: the JVM's own shutdown, before it is killed
 PRIMER_KEY = "tfyarn-primer"  # never put (see App._prime)
 SUBSCRIBE_S = 10.0  # a watch the AM has not confirmed by then never will be (_confirmed)
@@ -278,19 +280,12 @@ class Yarn:
         missing is one line."""
         import skein
 
-        # skein.Client.__del__ raises on a client whose start failed: keep that noise
-        # quiet while the half-built client is freed, and say what is wrong instead.
-        hook, message = sys.unraisablehook, ""
-        sys.unraisablehook = lambda _info: None
         try:
-            try:
-                with _conf_dir(driver_conf):
-                    return cls(skein.Client(principal=principal, keytab=keytab, log=log,
-                                            log_level="INFO", java_options=list(java_options)))
-            except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
-                message = _start_failure(exc)  # not the exception: its frames hold the
-        finally:  # half-built client, whose __del__ must run while the hook is quiet
-            sys.unraisablehook = hook
+            options = _driver_options(driver_conf, java_options)
+            return cls(_client_class()(principal=principal, keytab=keytab, log=log,
+                                       log_level="INFO", java_options=options))
+        except (OSError, subprocess.SubprocessError, skein.exceptions.DriverError) as exc:
+            message = _start_failure(exc)
         raise _start_error(message, log, principal, keytab)
 
     @classmethod
@@ -300,16 +295,13 @@ class Yarn:
         import skein
 
         marker = _read_warm()
-        if marker is None or marker.get("conf_dir") != conf_dir:
+        if marker is None or marker.get("conf_dir") != conf_dir or not marker.get("address"):
             return None
-        hook = sys.unraisablehook
-        sys.unraisablehook = lambda _info: None  # a half-built client's __del__
         try:
-            return cls(skein.Client.from_global_driver())
+            return cls(_client_class()(address=marker["address"],
+                                       security=skein.Security.from_default()))
         except (*_failures(), skein.exceptions.DriverNotRunningError):
             return None
-        finally:
-            sys.unraisablehook = hook
 
     @staticmethod
     def start_warm(conf_dir: str | None, principal: str | None, keytab: str | None,
@@ -321,11 +313,10 @@ class Yarn:
         import skein
 
         try:
-            with _conf_dir(driver_conf):
-                address = skein.Client.start_global_driver(
-                    principal=principal, keytab=keytab, log=log, log_level="INFO",
-                    java_options=list(java_options))
-        except (OSError, subprocess.CalledProcessError, skein.exceptions.DriverError) as exc:
+            address = skein.Client.start_global_driver(
+                principal=principal, keytab=keytab, log=log, log_level="INFO",
+                java_options=_driver_options(driver_conf, java_options))
+        except (OSError, subprocess.SubprocessError, skein.exceptions.DriverError) as exc:
             raise _start_error(_start_failure(exc), log, principal, keytab) from None
         _write_warm({"address": address, "conf_dir": conf_dir, "log": log,
                      "driver_conf": driver_conf})
@@ -409,22 +400,36 @@ class Yarn:
                                   "yarn node -list") from None
 
 
-@contextlib.contextmanager
-def _conf_dir(conf_dir: str | None) -> Iterator[None]:
-    """HADOOP_CONF_DIR set to `conf_dir` while skein starts its driver (skein builds the
-    JVM's classpath and environment from this process's own)."""
-    if conf_dir is None:
-        yield
-        return
-    before = os.environ.get("HADOOP_CONF_DIR")
-    os.environ["HADOOP_CONF_DIR"] = conf_dir
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["HADOOP_CONF_DIR"]
-        else:
-            os.environ["HADOOP_CONF_DIR"] = before
+def _driver_options(driver_conf: str | None, java_options: Sequence[str]) -> list[str]:
+    """The JVM options of skein's driver. With `driver_conf`, its classpath too (`-cp`,
+    which wins over the CLASSPATH skein puts in the JVM's environment): that dir first,
+    skein's jar, then Hadoop's jars as `yarn classpath` names them for that dir. So the
+    JVM reads `driver_conf` while this process's own environment stays as it is (a
+    notebook's kernel submits to two clusters in turn)."""
+    if driver_conf is None:
+        return list(java_options)
+    import skein
+
+    jar = os.path.join(os.path.dirname(skein.__file__), "java", "skein.jar")
+    hadoop = subprocess.run(["yarn", "classpath"], capture_output=True, text=True, check=True,
+                            env={**os.environ, "HADOOP_CONF_DIR": driver_conf},
+                            timeout=CLASSPATH_TIMEOUT_S).stdout.strip()
+    return ["-cp", os.pathsep.join([driver_conf, jar, hadoop]), *java_options]
+
+
+@functools.cache
+def _client_class() -> Any:
+    """skein's Client, but one whose __del__ tolerates a half-built instance: skein's own
+    raises from it when a start failed, noise on stderr after tfyarn's one line (this
+    instead of quieting sys.unraisablehook, which is the whole process's)."""
+    import skein
+
+    class Client(skein.Client):  # type: ignore[misc]
+        def __del__(self) -> None:
+            if "_proc" in self.__dict__:
+                super().__del__()
+
+    return Client
 
 
 def _wait_gone(pid: int, timeout: float) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tfyarn.core.tfconfig import TASK_TYPES, Task
+from tfyarn.core.tfconfig import Task, natural
 from tfyarn.protocol import kv as kvmod
 
 
@@ -33,12 +33,6 @@ class State(Enum):
     @property
     def ended(self) -> bool:
         return self in (State.SUCCEEDED, State.FAILED, State.STOPPED, State.LOST)
-
-
-def natural(task: Task) -> tuple[int, int]:
-    """ps, chief, worker:0, worker:2, worker:10: by type, then by number."""
-    rank = TASK_TYPES.index(task.type) if task.type in TASK_TYPES else len(TASK_TYPES)
-    return rank, task.index
 
 
 @dataclass(frozen=True)
