@@ -66,7 +66,7 @@ class HdfsCache:
         if not kerberized(conf_dir):
             return cls(client, f"/user/{user}/{CACHE_DIR}")
         with failing_as("HDFS home directory (GETHOMEDIRECTORY)"):
-            home = client._get_home_directory("/").json()["Path"]
+            home = client.resolve(".")  # a relative path: the client asks for the home dir
         return cls(client, f"{home.rstrip('/')}/{CACHE_DIR}")
 
     def put(self, local: str) -> tuple[str, bool]:

@@ -21,7 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfyarn.core.errors import EnvironmentMissing, SpecError
@@ -111,10 +111,11 @@ class Negotiator:
     principal: str | None = None
     keytab: str | None = None
     ccache: str | None = None
+    memory: str = field(default="", compare=False)  # a keytab's login, kept per Negotiator
 
     def __post_init__(self) -> None:
-        if self.keytab:  # one memory cache per Negotiator: the keytab's login is kept
-            object.__setattr__(self, "_memory", f"MEMORY:tfyarn-{os.getpid()}-{next(_MEMORY)}")
+        if self.keytab and not self.memory:
+            object.__setattr__(self, "memory", f"MEMORY:tfyarn-{os.getpid()}-{next(_MEMORY)}")
 
     def header(self, host: str) -> str:
         """`Negotiate <token>` for HTTP@host; NegotiateRefused says why none can be made."""
@@ -158,9 +159,8 @@ class Negotiator:
         """A credential from the keytab or the named cache; none (the default cache)
         otherwise."""
         cred = ctypes.c_void_p()
-        store = ([(b"client_keytab", self.keytab.encode()),
-                  (b"ccache", self._memory.encode())] if self.keytab  # type: ignore[attr-defined]
-                 else [(b"ccache", self.ccache.encode())] if self.ccache else [])
+        store = ([(b"client_keytab", self.keytab.encode()), (b"ccache", self.memory.encode())]
+                 if self.keytab else [(b"ccache", self.ccache.encode())] if self.ccache else [])
         if not store:
             return cred
         items = (_KeyValue * len(store))(*[_KeyValue(k, v) for k, v in store])
