@@ -133,10 +133,9 @@ def _start_warm(conf_dir: str | None, opts: ClientOptions) -> None:
     conf = driver_conf(own, conf_dir)
     if conf != own:  # the site's own serves as it is (see siteconf.client_conf)
         shutil.rmtree(own, ignore_errors=True)
-        conf = None  # never recorded: `driver stop` removes what is recorded
     try:
         address = Yarn.start_warm(conf_dir, opts.principal, opts.keytab, log, conf,
-                                  settings.java_options())
+                                  settings.java_options(), owned=conf == own)
     except BaseException:  # no driver started: nothing reads it
         shutil.rmtree(own, ignore_errors=True)
         raise

@@ -306,10 +306,11 @@ class Yarn:
     @staticmethod
     def start_warm(conf_dir: str | None, principal: str | None, keytab: str | None,
                    log: str, driver_conf: str | None = None,
-                   java_options: Sequence[str] = ()) -> str:
+                   java_options: Sequence[str] = (), owned: bool = False) -> str:
         """Start (or find) skein's global driver, for this configuration; its address.
-        `driver_conf`, where given, is a dir of tfyarn's own that the JVM reads instead
-        of HADOOP_CONF_DIR: removed when the driver is stopped, so never the site's."""
+        `driver_conf`, where given, is the dir the JVM reads its configuration from;
+        `owned`: a dir of tfyarn's own, removed when the driver is stopped (never the
+        site's)."""
         import skein
 
         try:
@@ -319,7 +320,7 @@ class Yarn:
         except (OSError, subprocess.SubprocessError, skein.exceptions.DriverError) as exc:
             raise _start_error(_start_failure(exc), log, principal, keytab) from None
         _write_warm({"address": address, "conf_dir": conf_dir, "log": log,
-                     "driver_conf": driver_conf})
+                     "driver_conf": driver_conf if owned else None})
         return address
 
     @staticmethod
