@@ -159,8 +159,7 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, princip
     interrupts: Interrupts = ctx.obj["interrupts"]
     with edge():
         args, spec = _job(ctx.obj.get("command") or (), raw, job_option, job_file)
-        if bool(principal) != bool(keytab):
-            raise SpecError("--principal and --keytab go together; give both or neither")
+        _login_pair(principal, keytab)
         filesmod.inventory(spec.files, spec.yarn.max_upload_mb)
         data_env = _check_data(spec, settings, args.conf, principal, keytab)
         if dry_run:
@@ -279,6 +278,9 @@ conf_option = click.option("-conf", "--conf", "conf", metavar="DIR",
                            help="Hadoop configuration dir (sets HADOOP_CONF_DIR)")
 
 
+def _login_pair(principal: str | None, keytab: str | None) -> None:
+    if bool(principal) != bool(keytab):
+        raise SpecError("--principal and --keytab go together; give both or neither")
 
 
 def cluster_options(fn: Any) -> Any:
@@ -295,8 +297,7 @@ def _opts(conf: str | None, principal: str | None = None, keytab: str | None = N
 
     if conf is not None and not os.path.isdir(conf):
         raise SpecError(f"-conf: {conf!r} is not a directory of Hadoop configuration")
-    if bool(principal) != bool(keytab):
-        raise SpecError("--principal and --keytab go together; give both or neither")
+    _login_pair(principal, keytab)
     if principal and keytab:
         from tfyarn.client import kerberos
 

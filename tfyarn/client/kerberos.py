@@ -21,6 +21,7 @@ from collections.abc import Iterator, Mapping
 from tfyarn.core.errors import EnvironmentMissing, SpecError
 from tfyarn.hdfs.siteconf import kerberized
 from tfyarn.hdfs.spnego import Negotiator
+from tfyarn.runtime.keytab import kinit
 
 KLIST_TIMEOUT_S = 10.0
 
@@ -133,15 +134,15 @@ def keytab_env(principal: str | None, keytab: str | None,
     if not (principal and keytab):
         yield dict(env)
         return
-    kinit = shutil.which("kinit", path=env.get("PATH"))
-    if kinit is None:
-        raise EnvironmentMissing("--keytab needs MIT Kerberos' kinit here (krb5-user / "
-                                 "krb5-workstation); or kinit yourself and drop --keytab")
     with tempfile.TemporaryDirectory(prefix="tfyarn-krb5-") as tmp:
         cache = f"FILE:{os.path.join(tmp, 'ccache')}"
-        r = subprocess.run([kinit, "-kt", keytab, "-c", cache, principal], env=dict(env),
-                           capture_output=True, text=True, timeout=KLIST_TIMEOUT_S, check=False)
-        if r.returncode != 0:
-            raise SpecError(f"kinit -kt {keytab} {principal} failed: {r.stderr.strip()}; pass "
-                            f"the keytab made for {principal}")
+        try:
+            failed = kinit(principal, keytab, cache, env)
+        except FileNotFoundError:
+            raise EnvironmentMissing("--keytab needs MIT Kerberos' kinit here (krb5-user / "
+                                     "krb5-workstation); or kinit yourself and drop "
+                                     "--keytab") from None
+        if failed is not None:
+            raise SpecError(f"kinit -kt {keytab} {principal} failed: {failed}; pass the "
+                            f"keytab made for {principal}")
         yield {**env, "KRB5CCNAME": cache}

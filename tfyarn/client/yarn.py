@@ -196,12 +196,12 @@ def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
                      interrupts: Interrupts | None = None) -> int:
     interrupts = interrupts or Interrupts()
     require_client(opts)
-    defaults = staging.load_defaults(settings, settings.conf_dir(opts.conf_dir))
+    conf_dir = settings.conf_dir(opts.conf_dir)
+    defaults = staging.load_defaults(settings, conf_dir)
     spec = staging.keytab_job(spec, opts.principal, opts.keytab)
     with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:
-        conf_dir = settings.conf_dir(opts.conf_dir)
-        login = kerberos.login(conf_dir, opts.principal, opts.keytab, settings.krb5_ccache)
-        staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir, login)
+        staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir,
+                                   web_login(opts, settings))
         staged = staging.with_keytab(staged, opts.keytab)
         app_spec = appspec.application_spec(spec, staged, defaults)
         with yarn_client(opts) as client, interrupts.deferred():
@@ -523,10 +523,10 @@ class Watcher:
 # ---------------------------------------------------------------- lifecycle commands
 
 
-def web_login(opts: ClientOptions) -> Negotiator | None:
+def web_login(opts: ClientOptions, settings: Settings | None = None) -> Negotiator | None:
     """How this client signs in to the cluster's web services (SPNEGO): None without
     Kerberos."""
-    settings = Settings.from_environ()
+    settings = settings or Settings.from_environ()
     return kerberos.login(settings.conf_dir(opts.conf_dir), opts.principal, opts.keytab,
                           settings.krb5_ccache)
 
@@ -537,7 +537,7 @@ def rest_client(opts: ClientOptions) -> rm.RestClient:
     settings = Settings.from_environ()
     conf_dir = settings.conf_dir(opts.conf_dir)
     kerberos.check_login(conf_dir, opts.principal, opts.keytab, settings.kerberos_env())
-    return rm.RestClient.from_conf_dir(conf_dir, settings.user, web_login(opts))
+    return rm.RestClient.from_conf_dir(conf_dir, settings.user, web_login(opts, settings))
 
 
 def rest_report(app_id: str, opts: ClientOptions) -> dict | None:
@@ -653,11 +653,10 @@ def _follow_logs(client: Yarn, app_id: str, task: str | None, opts: ClientOption
         time.sleep(LIVE_LOG_POLL_S)
 
 
-def yarn_logs(app_id: str, opts: ClientOptions | None = None,
-              timeout: float | None = None) -> subprocess.CompletedProcess:
-    """`yarn logs -applicationId APP` (skein's own reader fails on Hadoop 3.3's
-    bucket-logs-tfile layout): the aggregated logs, as bytes. With --keytab, through a
-    ticket cache of its own."""
+@contextmanager
+def logs_env(opts: ClientOptions | None) -> Iterator[dict[str, str]]:
+    """The environment `yarn logs` runs in: -conf's configuration; with --keytab, a ticket
+    cache of its own (one kinit for every `yarn logs` run inside)."""
     if shutil.which("yarn") is None:
         raise EnvironmentMissing(f"`yarn` is not on PATH: {NO_HADOOP}")
     opts = opts or ClientOptions()
@@ -665,8 +664,15 @@ def yarn_logs(app_id: str, opts: ClientOptions | None = None,
     if opts.conf_dir:
         env["HADOOP_CONF_DIR"] = os.path.abspath(opts.conf_dir)
     with kerberos.keytab_env(opts.principal, opts.keytab, env) as env:
-        return subprocess.run(["yarn", "logs", "-applicationId", app_id],
-                              capture_output=True, env=env, timeout=timeout)
+        yield env
+
+
+def yarn_logs(app_id: str, env: dict[str, str],
+              timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`yarn logs -applicationId APP` in `env` (`logs_env`; skein's own reader fails on
+    Hadoop 3.3's bucket-logs-tfile layout): the aggregated logs, as bytes."""
+    return subprocess.run(["yarn", "logs", "-applicationId", app_id], capture_output=True,
+                          env=env, timeout=timeout)
 
 
 def finish_live_logs(live: LiveLogs, app_id: str, opts: ClientOptions | None = None) -> None:
@@ -674,11 +680,12 @@ def finish_live_logs(live: LiveLogs, app_id: str, opts: ClientOptions | None = N
     logs (the NodeManager forgets an ended application's containers within seconds; YARN
     aggregates their logs within seconds too). Bounded: says what to run when it gives up."""
     deadline = time.monotonic() + AGGREGATION_WAIT_S
-    while live.pending():
-        live.finish(yarn_logs(app_id, opts, timeout=AGGREGATION_WAIT_S).stdout)
-        if not live.pending() or time.monotonic() > deadline:
-            break
-        time.sleep(LIVE_LOG_POLL_S)
+    with logs_env(opts) as env:
+        while live.pending():
+            live.finish(yarn_logs(app_id, env, timeout=AGGREGATION_WAIT_S).stdout)
+            if not live.pending() or time.monotonic() > deadline:
+                break
+            time.sleep(LIVE_LOG_POLL_S)
     if live.pending():
         say(f"some output is not aggregated yet; all of it later: tfyarn logs {app_id}")
 
@@ -702,7 +709,8 @@ def _live_log_urls(client: Yarn, app_id: str, task: str | None) -> int:
 
 
 def _aggregated_logs(app_id: str, task: str | None, opts: ClientOptions) -> int:
-    r = yarn_logs(app_id, opts)
+    with logs_env(opts) as env:
+        r = yarn_logs(app_id, env)
     if r.returncode != 0:
         raise TfYarnError(f"yarn logs failed for {app_id}: "
                           f"{r.stderr.decode(errors='replace').strip()[-500:]} "

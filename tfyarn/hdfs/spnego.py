@@ -102,6 +102,20 @@ def _failed(major: int) -> bool:
     return bool(major & 0xFFFF0000)  # GSS_ERROR: a calling or routine error
 
 
+def _import_name(lib: Any, text: str, kind: str, refusal: str) -> ctypes.c_void_p:
+    """GSS-API's name for `text`, read as the name type the library exports as `kind`;
+    NegotiateRefused(`refusal` and the library's words) where it refuses it. The caller
+    releases it (gss_release_name)."""
+    raw = text.encode()
+    buf = _Buffer(len(raw), ctypes.cast(ctypes.c_char_p(raw), ctypes.c_void_p))
+    name, minor = ctypes.c_void_p(), ctypes.c_uint32()
+    major = lib.gss_import_name(ctypes.byref(minor), ctypes.byref(buf),
+                                ctypes.c_void_p.in_dll(lib, kind), ctypes.byref(name))
+    if _failed(major):
+        raise NegotiateRefused(f"{refusal}: {_words(major, minor.value)}")
+    return name
+
+
 @dataclass(frozen=True)
 class Negotiator:
     """Makes `Negotiate` headers as this user: from `keytab` as `principal` when given
@@ -122,15 +136,8 @@ class Negotiator:
         lib = _lib()
         minor = ctypes.c_uint32()
         cred = self._credential(lib)
-        target = ctypes.c_void_p()
-        name = f"HTTP@{host}".encode()
-        buf = _Buffer(len(name), ctypes.cast(ctypes.c_char_p(name), ctypes.c_void_p))
-        hostbased = ctypes.c_void_p.in_dll(lib, "GSS_C_NT_HOSTBASED_SERVICE")
-        major = lib.gss_import_name(ctypes.byref(minor), ctypes.byref(buf), hostbased,
-                                    ctypes.byref(target))
-        if _failed(major):
-            raise NegotiateRefused(f"SPNEGO: HTTP@{host} is not a service name: "
-                                   f"{_words(major, minor.value)}")
+        target = _import_name(lib, f"HTTP@{host}", "GSS_C_NT_HOSTBASED_SERVICE",
+                              f"SPNEGO: HTTP@{host} is not a service name")
         try:
             return "Negotiate " + self._token(lib, cred, target, host)
         finally:
@@ -167,14 +174,9 @@ class Negotiator:
         kvs = _KeyValueSet(len(store), items)
         minor, name = ctypes.c_uint32(), ctypes.c_void_p()
         if self.principal:
-            principal = self.principal.encode()
-            buf = _Buffer(len(principal),
-                          ctypes.cast(ctypes.c_char_p(principal), ctypes.c_void_p))
-            kind = ctypes.c_void_p.in_dll(lib, "GSS_KRB5_NT_PRINCIPAL_NAME")
-            if _failed(lib.gss_import_name(ctypes.byref(minor), ctypes.byref(buf), kind,
-                                           ctypes.byref(name))):
-                raise NegotiateRefused(f"--principal {self.principal}: not a Kerberos "
-                                       "principal name (USER@REALM)")
+            name = _import_name(lib, self.principal, "GSS_KRB5_NT_PRINCIPAL_NAME",
+                                f"--principal {self.principal}: not a Kerberos principal "
+                                "name (USER@REALM)")
         try:
             major = lib.gss_acquire_cred_from(
                 ctypes.byref(minor), name, 0, None, GSS_C_INITIATE, ctypes.byref(kvs),

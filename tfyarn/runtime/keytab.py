@@ -44,22 +44,16 @@ class KeytabLogin:
 
     def login(self, env: Mapping[str, str]) -> str | None:
         """kinit from the keytab; why it failed (for the job's one error line), else None."""
-        kinit = shutil.which("kinit", path=env.get("PATH"))
-        if kinit is None:
+        try:
+            failed = kinit(self.principal, self.keytab, self.ccache, env)
+        except FileNotFoundError:
             return (f"this node has no kinit (MIT Kerberos' krb5-user / krb5-workstation), "
                     f"which --keytab needs for the tasks' own login as {self.principal}; ask "
                     "the cluster's admins to install it, or submit without --keytab (the "
                     "job then lives on delegation tokens)")
-        try:
-            r = subprocess.run([kinit, "-kt", self.keytab, "-c", self.ccache, self.principal],
-                               env=dict(env), capture_output=True, text=True,
-                               timeout=KINIT_TIMEOUT_S, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"kinit -kt {KEYTAB_FILE} {self.principal} failed on this node: {exc}"
-        if r.returncode != 0:
-            return (f"kinit -kt {KEYTAB_FILE} {self.principal} failed on this node: "
-                    f"{r.stderr.strip() or r.returncode}; check the node's krb5.conf names "
-                    "the principal's realm")
+        if failed is not None:
+            return (f"kinit -kt {KEYTAB_FILE} {self.principal} failed on this node: {failed}; "
+                    "check the node's krb5.conf names the principal's realm")
         return None
 
     def task_env(self, env: Mapping[str, str]) -> dict[str, str]:
@@ -77,3 +71,17 @@ class KeytabLogin:
             problem = self.login(env)
             if problem:
                 tell(problem)
+
+
+def kinit(principal: str, keytab: str, ccache: str, env: Mapping[str, str]) -> str | None:
+    """MIT's `kinit -kt KEYTAB -c CCACHE PRINCIPAL`: None when it worked, else its own
+    words. FileNotFoundError where `env`'s PATH has no kinit."""
+    binary = shutil.which("kinit", path=env.get("PATH"))
+    if binary is None:
+        raise FileNotFoundError("kinit")
+    try:
+        r = subprocess.run([binary, "-kt", keytab, "-c", ccache, principal], env=dict(env),
+                           capture_output=True, text=True, timeout=KINIT_TIMEOUT_S, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return None if r.returncode == 0 else (r.stderr.strip() or f"exit code {r.returncode}")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -338,7 +339,7 @@ class Launcher:
             _daemon(lambda: login.keep(os.environ, self.done, say))
         return problem
 
-    @property
+    @functools.cached_property
     def login(self) -> keytab.KeytabLogin | None:
         return keytab.KeytabLogin.of_job(dict(self.args.job.env), os.getcwd())
 
