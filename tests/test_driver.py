@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import re
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 from conftest import real_memory_kill_message
 
 from tfyarn.core.jobspec import JobSpec, Resources, Role
-from tfyarn.core.policy import Outcome, decide
+from tfyarn.core.policy import decide
+from tfyarn.core.records import Cluster, Outcome, TaskEnd, Wanted
 from tfyarn.core.tfconfig import Task
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.kv import KILL
@@ -26,7 +27,7 @@ def job(app_type="tensorflow-ps", x=True, **kw) -> JobSpec:
 
 
 def ex(code, t=1.0, stopped=False, tail=()):
-    return {"code": code, "time": t, "stopped": stopped, "tail": list(tail)}
+    return TaskEnd(code, time=t, stopped=stopped, tail=tuple(tail))
 
 
 def test_chief_success_ends_ps_job_with_x_true():
@@ -63,7 +64,7 @@ def test_registration_deadline_lists_missing_tasks(tmp_path):
     store = kvmod.DirKV(str(tmp_path))
     gang = kvmod.Scoped(store, 0)
     gang.put(kvmod.addr_key(Task("ps", 0)), "127.0.0.1:1")
-    gang.put(kvmod.exit_key(Task("ps", 0)), json.dumps(ex(0)))  # a ps that ended early
+    gang.put(kvmod.exit_key(Task("ps", 0)), ex(0).to_json())  # a ps that ended early
     out = run(job(register_timeout_s=0.3, max_restarts=2), store)
     assert out.state == "FAILED" and "never registered" in out.message
     assert out.message.split("min: ")[1].startswith("chief:0, worker:0 (")
@@ -81,12 +82,12 @@ def test_publishes_cluster_then_honours_kill(tmp_path):
     result = {}
     thread = threading.Thread(target=lambda: result.update(out=run(spec, store)))
     thread.start()
-    assert json.loads(gang.wait(kvmod.CLUSTER, timeout=5)) == {
-        "worker": ["127.0.0.1:1000", "127.0.0.1:1001"]}
+    assert Cluster.from_json(gang.wait(kvmod.CLUSTER, timeout=5)).roles == {
+        "worker": ("127.0.0.1:1000", "127.0.0.1:1001")}
     store.put(KILL, "test")
     for t in spec.tasks():  # launchers answer the stop request
         gang.wait(kvmod.STOP, timeout=5)
-        gang.put(kvmod.exit_key(t), json.dumps(ex(-15, stopped=True)))
+        gang.put(kvmod.exit_key(t), ex(-15, stopped=True).to_json())
     thread.join(timeout=10)
     assert result["out"].state == "KILLED" and "test" in result["out"].message
     assert set(result["out"].tasks) == {"worker:0", "worker:1"}
@@ -160,17 +161,17 @@ def test_yarn_memory_kill_is_told_and_never_retried(tmp_path):
     gang = kvmod.Scoped(store, 0)
     # what a NodeManager memory kill looks like: SIGTERM (the launcher reports "stopped"),
     # then YARN's exit status -104, which skein turns into this message
-    gang.put(kvmod.exit_key(Task("worker", 1)), json.dumps(
-        ex(-15, stopped=True) | {"reason": "launcher received SIGTERM"}))
+    gang.put(kvmod.exit_key(Task("worker", 1)),
+        replace(ex(-15, stopped=True), reason="launcher received SIGTERM").to_json())
     app.containers["worker-1_0"] = ["FAILED", real_memory_kill_message()]
     gang.wait(kvmod.STOP, timeout=5)
-    gang.put(kvmod.exit_key(Task("worker", 0)), json.dumps(ex(-15, stopped=True)))
+    gang.put(kvmod.exit_key(Task("worker", 0)), ex(-15, stopped=True).to_json())
     thread.join(timeout=30)
     out = result["out"]
     assert out.state == "FAILED" and out.task == "worker:1"
     assert "container killed for exceeding its memory: raise -wm (now 1024 MB)" in out.message
     assert "physical memory used" in out.message  # YARN's own words follow
-    assert "exceeding its memory" in out.tasks["worker:1"]["reason"]  # the table says it too
+    assert "exceeding its memory" in out.tasks["worker:1"].reason  # the table says it too
     assert app.added == [] and kvmod.wanted(store).attempt == 0
 
 
@@ -183,22 +184,22 @@ def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path, capsys)
     app.containers["worker-0_0"] = ["FAILED", "Container preempted by scheduler"]
     gang = kvmod.Scoped(store, 0)
     gang.wait(kvmod.STOP, timeout=5)
-    gang.put(kvmod.exit_key(Task("worker", 1)), json.dumps(ex(-15, stopped=True)))
+    gang.put(kvmod.exit_key(Task("worker", 1)), ex(-15, stopped=True).to_json())
     # the driver asks skein for a new container per tfyarn container, told its attempt
     new = kvmod.Scoped(store, 1)
     for t in spec.tasks():
         new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
-    assert json.loads(new.wait(kvmod.CLUSTER, timeout=30)) == {
-        "worker": ["127.0.0.1:2000", "127.0.0.1:2001"]}
+    assert Cluster.from_json(new.wait(kvmod.CLUSTER, timeout=30)).roles == {
+        "worker": ("127.0.0.1:2000", "127.0.0.1:2001")}
     told = {"TFYARN_ATTEMPT": "1", "TFYARN_GANG": "1"}
     assert [(c, e) for c, e in app.added] == [("worker-0_1", told), ("worker-1_1", told)]
     for t in spec.tasks():
-        new.put(kvmod.exit_key(t), json.dumps(ex(0)))
+        new.put(kvmod.exit_key(t), ex(0).to_json())
     thread.join(timeout=30)
     out = result["out"]
     assert out.state == "SUCCEEDED" and out.attempt == 1
-    assert out.attempts[0]["message"].startswith("worker:0 was preempted by YARN")
-    assert out.attempts[0]["tasks"]["worker:0"]["lost"]
+    assert out.attempts[0].message.startswith("worker:0 was preempted by YARN")
+    assert out.attempts[0].tasks["worker:0"].lost
     assert "YARN preempted the gang: asking for attempt 2's containers in" in \
         capsys.readouterr().err
 
@@ -230,7 +231,7 @@ def _run_gang(store, spec, gang_no, thread):
         gang.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
     assert gang.wait(kvmod.CLUSTER, timeout=30)
     for t in spec.tasks():
-        gang.put(kvmod.exit_key(t), json.dumps(ex(0)))
+        gang.put(kvmod.exit_key(t), ex(0).to_json())
     thread.join(timeout=30)
 
 
@@ -241,14 +242,14 @@ def test_yarn_a_partial_gang_gives_its_containers_back_and_asks_again(tmp_path, 
     spec, store, app, thread, result = _partial_gang(tmp_path, ["REQUESTED", ""])
     stop = kvmod.Scoped(store, 0).wait(kvmod.STOP, timeout=10)  # its launcher is told why
     assert stop is not None and stop.endswith("giving them back"), stop
-    kvmod.Scoped(store, 0).put(kvmod.exit_key(Task("worker", 0)), json.dumps(ex(-15, stopped=True)))
+    kvmod.Scoped(store, 0).put(kvmod.exit_key(Task("worker", 0)), ex(-15, stopped=True).to_json())
     while not app.added:  # the driver's own clock: patience 1 s, backoff 0.25-0.5 s
         assert thread.is_alive()
         thread.join(timeout=0.1)
     assert sorted(app.killed) == ["worker-0_0", "worker-1_0"]
     told = {"TFYARN_ATTEMPT": "0", "TFYARN_GANG": "1"}
     assert [(c, e) for c, e in app.added] == [("worker-0_1", told), ("worker-1_1", told)]
-    assert kvmod.wanted(store) == (0, 1, [])
+    assert kvmod.wanted(store) == Wanted(0, 1)
     _run_gang(store, spec, 1, thread)
     out = result["out"]
     assert out.state == "SUCCEEDED" and out.attempt == 0 and out.attempts == ()
@@ -266,7 +267,7 @@ def test_yarn_a_container_preempted_before_the_gang_ran_costs_no_restart(tmp_pat
     while not app.added:
         assert thread.is_alive()
         thread.join(timeout=0.1)
-    assert kvmod.wanted(store) == (0, 1, [])
+    assert kvmod.wanted(store) == Wanted(0, 1)
     _run_gang(store, spec, 1, thread)
     out = result["out"]
     assert out.state == "SUCCEEDED" and out.attempt == 0 and out.attempts == ()
@@ -298,18 +299,18 @@ def test_yarn_a_settled_failure_asks_for_the_next_gang_before_stopping_the_old(t
     not 5 s)."""
     spec, store, app, thread, result = _yarn_job(tmp_path)
     gang = kvmod.Scoped(store, 0)
-    gang.put(kvmod.exit_key(Task("worker", 1)), json.dumps(ex(-9)))
+    gang.put(kvmod.exit_key(Task("worker", 1)), ex(-9).to_json())
     assert gang.wait(kvmod.STOP, timeout=5)
     assert [c for c, _ in app.added] == ["worker-0_1", "worker-1_1"]  # worker:0 still runs
     assert kvmod.wanted(store).attempt == 0  # not announced until the old gang stopped
-    gang.put(kvmod.exit_key(Task("worker", 0)), json.dumps(ex(-15, stopped=True)))
+    gang.put(kvmod.exit_key(Task("worker", 0)), ex(-15, stopped=True).to_json())
     new = kvmod.Scoped(store, 1)
     for t in spec.tasks():
         new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
     assert new.wait(kvmod.CLUSTER, timeout=30)
     assert len(app.added) == 2  # asked for once
     for t in spec.tasks():
-        new.put(kvmod.exit_key(t), json.dumps(ex(0)))
+        new.put(kvmod.exit_key(t), ex(0).to_json())
     thread.join(timeout=30)
     assert result["out"].state == "SUCCEEDED" and result["out"].attempt == 1
 

@@ -5,7 +5,6 @@ around to sweep, so whatever survives here would survive on YARN.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,6 +15,7 @@ import uuid
 from conftest import job_processes
 
 from tfyarn.core.jobspec import JobSpec, Resources, Role
+from tfyarn.core.records import Cluster, TaskEnd
 from tfyarn.core.tfconfig import Task
 from tfyarn.protocol import kv as kvmod
 
@@ -43,7 +43,7 @@ class Container:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         addrs = [self.store.wait(kvmod.addr_key(t), timeout=30) for t in self.tasks]
         assert all(addrs), "the launcher never registered"
-        self.store.put(kvmod.CLUSTER, json.dumps({"worker": addrs}))
+        self.store.put(kvmod.CLUSTER, Cluster({"worker": tuple(addrs)}).to_json())
 
     def user_processes(self) -> list[str]:
         return [p for p in job_processes(self.job_id) if "tfyarn" not in p]
@@ -54,10 +54,10 @@ class Container:
             assert time.monotonic() < deadline, self.user_processes()
             time.sleep(0.05)
 
-    def exit_record(self, task: Task = TASK) -> dict:
+    def exit_record(self, task: Task = TASK) -> TaskEnd:
         raw = self.store.wait(kvmod.exit_key(task), timeout=30)
         assert raw, "no exit record"
-        return json.loads(raw)
+        return TaskEnd.from_json(raw)
 
 
 def gone(job_id: str, timeout: float = 10) -> bool:
@@ -94,7 +94,7 @@ def test_nodemanager_kill_leaves_nothing(tmp_path):
 def test_daemons_left_by_a_finished_command_are_ended(tmp_path):
     c = Container(tmp_path, "setsid sleep 300 & echo done")
     record = c.exit_record()
-    assert record["code"] == 0 and not record["stopped"]
+    assert record.code == 0 and not record.stopped
     assert c.proc.wait(timeout=30) == 0
     assert gone(c.job_id), job_processes(c.job_id)  # the subreaper found the daemon
 
@@ -105,7 +105,7 @@ def test_stop_request_stops_the_tree_with_sigkill_after_the_grace(tmp_path):
     t0 = time.monotonic()
     c.store.put(kvmod.STOP, "test")
     record = c.exit_record()
-    assert record["stopped"] and "stopped by the driver: test" in record["reason"]
+    assert record.stopped and "stopped by the driver: test" in record.reason
     assert 2.5 < time.monotonic() - t0 < 8  # the 3 s grace, then SIGKILL
     assert c.proc.wait(timeout=30) == 0
     assert gone(c.job_id), job_processes(c.job_id)
@@ -164,14 +164,14 @@ def test_orphaned_daemons_are_reparented_to_the_launcher(tmp_path):
 def test_one_of_two_processes_ends_and_only_its_daemon_goes(tmp_path):
     c = Container(tmp_path, 'if [ "$TFYARN_TASK_INDEX" = 0 ]; then setsid sleep 301 & exit 0; '
                   'fi; sleep 300', processes=2)
-    assert c.exit_record(Task("worker", 0))["code"] == 0  # reported while worker:1 runs
+    assert c.exit_record(Task("worker", 0)).code == 0  # reported while worker:1 runs
     deadline = time.monotonic() + 10
     while any("sleep 301" in p for p in c.user_processes()):
         assert time.monotonic() < deadline, c.user_processes()
         time.sleep(0.05)
     assert any("sleep 300" in p for p in c.user_processes())  # the other one is untouched
     c.store.put(kvmod.STOP, "done")
-    assert c.exit_record(Task("worker", 1))["stopped"]
+    assert c.exit_record(Task("worker", 1)).stopped
     assert c.proc.wait(timeout=30) == 0
     assert gone(c.job_id), job_processes(c.job_id)
 

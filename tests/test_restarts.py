@@ -14,6 +14,7 @@ from conftest import job_processes, real_memory_kill_message
 
 from tfyarn.core import policy
 from tfyarn.core.jobspec import JobSpec, Resources, Role
+from tfyarn.core.records import Outcome, TaskEnd
 from tfyarn.core.tfconfig import Task
 
 # worker:1 kills itself with SIGKILL in attempt 0 only; everyone else sleeps a moment
@@ -121,9 +122,9 @@ SPEC = JobSpec("t", "tensorflow-worker", (Role("worker", 2, Resources(256, 1)),)
 
 def test_exit_causes():
     retry, perm = policy.RETRYABLE, policy.PERMANENT
-    cases = [({"code": -9}, retry), ({"code": 137}, retry), ({"code": 255}, retry),
-             ({"code": 1}, perm), ({"code": 127}, perm), ({"code": None, "lost": True}, retry),
-             ({"code": -15, "stopped": True, "reason": "launcher received SIGTERM"}, retry)]
+    cases = [(TaskEnd(-9), retry), (TaskEnd(137), retry), (TaskEnd(255), retry),
+             (TaskEnd(1), perm), (TaskEnd(127), perm), (TaskEnd(None, lost=True), retry),
+             (TaskEnd(-15, "launcher received SIGTERM", stopped=True), retry)]
     for rec, cause in cases:
         assert policy.cause_of(rec) == cause, rec
 
@@ -155,27 +156,27 @@ def test_yarn_container_ends():
 
 
 def test_yarn_word_wins_over_a_stopped_record():
-    stopped = {"code": -15, "stopped": True, "reason": "launcher received SIGTERM", "time": 5.0}
+    stopped = TaskEnd(-15, "launcher received SIGTERM", stopped=True, time=5.0)
     memory = policy.yarn_end(REAL_MEMORY_KILL, 256, "-wm", 9.0)
     t = Task("worker", 1)
     merged = policy.merge_records({t: stopped}, {}, {t: memory})
-    assert merged[t]["yarn"] and merged[t]["time"] == 5.0
+    assert merged[t].yarn and merged[t].time == 5.0
     out = policy.decide(SPEC, merged)
     assert out.cause == policy.PERMANENT and not policy.restart_after(SPEC, out, 0)
     # YARN's SIGTERM may reach the task before the launcher knows it is stopping
-    killed = {"code": -15, "stopped": False, "time": 5.0}
-    assert policy.merge_records({t: killed}, {}, {t: memory})[t]["cause"] == policy.PERMANENT
-    exited = {"code": 3, "time": 5.0}  # the task's own exit code is what counts
+    killed = TaskEnd(-15, time=5.0)
+    assert policy.merge_records({t: killed}, {}, {t: memory})[t].cause == policy.PERMANENT
+    exited = TaskEnd(3, time=5.0)  # the task's own exit code is what counts
     assert policy.merge_records({t: exited}, {}, {t: memory})[t] == exited
 
 
 def test_restart_rules():
-    failed = policy.Outcome("FAILED", "worker:1 was killed by SIGKILL", "worker:1",
+    failed = Outcome("FAILED", "worker:1 was killed by SIGKILL", "worker:1",
                             cause=policy.RETRYABLE)
     assert policy.restart_after(SPEC, failed, 0) and policy.restart_after(SPEC, failed, 1)
     assert not policy.restart_after(SPEC, failed, 2)  # 3 attempts used
-    for ending in (policy.Outcome("KILLED", "killed: test"),
-                   policy.Outcome("FAILED", "the job ran past --timeout 5 s")):
+    for ending in (Outcome("KILLED", "killed: test"),
+                   Outcome("FAILED", "the job ran past --timeout 5 s")):
         assert not policy.restart_after(SPEC, ending, 0)
 
 

@@ -112,11 +112,10 @@ def test_flags_go_together(el_submit):
 def test_the_side_task_says_why_tensorboard_did_not_start(tmp_path):
     """What a YARN job whose env lacks tensorboard gets (no client check runs there): the
     side task publishes the reason, el_submit prints it, the job goes on."""
-    import json
 
     from tfyarn.core.jobspec import JobSpec, Resources, Role
+    from tfyarn.core.records import TensorBoard
     from tfyarn.protocol import kv as kvmod
-    from tfyarn.runtime.tensorboard import announce
 
     spec = JobSpec("t", "standalone", (Role("worker", 1, Resources(1024, 1)),), "true",
                    tensorboard_dir=str(tmp_path / "tb"))
@@ -130,8 +129,8 @@ def test_the_side_task_says_why_tensorboard_did_not_start(tmp_path):
                          env={**os.environ, "TFYARN_ADVERTISE_HOST": "127.0.0.1"})
     assert out.returncode == 0, out.stderr
     store = kvmod.DirKV(str(tmp_path / "kv"))
-    info = json.loads(store.get(kvmod.TENSORBOARD))
-    assert "No module named 'tensorboard'" in info["error"], info
-    line = announce(store.get(kvmod.TENSORBOARD))
+    info = TensorBoard.from_json(store.get(kvmod.TENSORBOARD))
+    assert "No module named 'tensorboard'" in info.error, info
+    line = info.announce()
     assert line.startswith("TensorBoard did not start (the job goes on): exit code 1")
     assert "pip install tensorboard" in line and store.get(kvmod.TENSORBOARD_DONE) == "1"

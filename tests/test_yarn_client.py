@@ -13,7 +13,8 @@ from conftest import REPO
 
 from tfyarn.client import yarn
 from tfyarn.core.errors import EXIT_TFYARN
-from tfyarn.core.policy import Outcome, format_tasks
+from tfyarn.core.policy import format_tasks
+from tfyarn.core.records import Attempt, JobTasks, Outcome, Started, TaskEnd, Wanted
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
 from tfyarn.protocol import kv as kvmod
@@ -116,7 +117,7 @@ def test_a_finished_jobs_table_is_in_natural_order_after_its_json(tmp_path):
     table read back from it (`tfyarn status` of a finished local job, el_submit's last
     lines) lists ps, chief, then workers by number, as the running job's does."""
     names = ["ps:0", "chief:0", *[f"worker:{i}" for i in range(12)]]
-    outcome = Outcome("SUCCEEDED", "done", tasks={n: {"host": "h", "code": 0} for n in names})
+    outcome = Outcome("SUCCEEDED", "done", tasks={n: TaskEnd(0, host="h") for n in names})
     back = Outcome.from_json(outcome.to_json())
     assert list(back.tasks)[:3] == ["chief:0", "ps:0", "worker:0"]  # as stored: text order
     assert [x.split()[0] for x in format_tasks(back.tasks)] == [
@@ -124,21 +125,21 @@ def test_a_finished_jobs_table_is_in_natural_order_after_its_json(tmp_path):
 
 
 def test_task_tables(tmp_path):
-    lines = format_tasks({"ps:0": {"host": "n1", "code": -15, "stopped": True, "reason": "done"},
-                          "chief:0": {"host": "n2", "code": 0, "stopped": False}})
+    lines = format_tasks({"ps:0": TaskEnd(-15, "done", stopped=True, host="n1"),
+                          "chief:0": TaskEnd(0, host="n2")})
     assert lines[0].split()[:4] == ["ps:0", "n1", "exit", "-15"] and "stopped: done" in lines[0]
     top = kvmod.DirKV(str(tmp_path))
     store = kvmod.Scoped(top, 0)
     store.put(kvmod.addr_key(Task("ps", 0)), "n1:1")
     store.put(kvmod.addr_key(Task("chief", 0)), "n2:2")
-    store.put(kvmod.start_key(Task("chief", 0)), "{}")
-    store.put(kvmod.exit_key(Task("ps", 0)), json.dumps({"code": 0}))
+    store.put(kvmod.start_key(Task("chief", 0)), Started(7, 1.0).to_json())
+    store.put(kvmod.exit_key(Task("ps", 0)), TaskEnd(0).to_json())
     live = yarn.live_tasks(top)
     assert [x.split() for x in live] == [["ps:0", "n1:1", "exited", "0"],
                                          ["chief:0", "n2:2", "running"]]
     # after a restart: how attempt 1 ended, then attempt 2's tasks only
-    top.put(kvmod.ATTEMPT, json.dumps({"attempt": 1, "attempts": [
-        {"attempt": 0, "state": "FAILED", "message": "ps:0 was killed by SIGKILL"}]}))
+    top.put(kvmod.ATTEMPT, Wanted(1, 1, (Attempt(0, "FAILED", "ps:0 was killed by SIGKILL"),
+                                         )).to_json())
     kvmod.Scoped(top, 1).put(kvmod.addr_key(Task("ps", 0)), "n3:3")
     assert yarn.live_tasks(top) == ["attempt 1: FAILED: ps:0 was killed by SIGKILL",
                                     "attempt 2: running", f"  {'ps:0':<12} {'n3:3':<30} registered"]
@@ -157,13 +158,13 @@ def test_status_tasks_of_a_12_worker_job_natural_order_a_state_each(tmp_path):
                                           Role("worker", 12, Resources(1024, 1))), "true",
                    heartbeat_timeout_s=3.0)
     top = kvmod.DirKV(str(tmp_path))
-    top.put(kvmod.TASKS, json.dumps([str(t) for t in spec.tasks()]))
+    top.put(kvmod.TASKS, JobTasks(tuple(str(t) for t in spec.tasks())).to_json())
     store = kvmod.Scoped(top, 0)
     for t in spec.tasks()[:-1]:  # worker:11 never registers
         store.put(kvmod.addr_key(t), f"n:{1000 + t.index}")
     for t in spec.tasks()[:10]:
-        store.put(kvmod.start_key(t), "{}")
-    store.put(kvmod.exit_key(Task("worker", 2)), json.dumps({"code": 3, "reason": None}))
+        store.put(kvmod.start_key(t), Started(7, 1.0).to_json())
+    store.put(kvmod.exit_key(Task("worker", 2)), TaskEnd(3).to_json())
     referee = Referee(spec, store, top, Gang(top))
     referee.liveness.observe(Task("worker", 10), None, time.monotonic() - 60)  # silent
     referee.step(taskstate.read(store))  # the driver finds worker:10 lost, writes it
@@ -197,9 +198,9 @@ def test_watcher_progress_and_final_status(tmp_path, capsys):
     assert err.count("tasks registered") == 2 and "tasks registered 2/2" in err
     assert err.count("training") == 1
     outcome = Outcome("FAILED", "chief:0 exited with code 2", "chief:0", 2, ("oops",),
-                      {"chief:0": {"host": "n1", "code": 2}})
-    top.put(kvmod.ATTEMPT, json.dumps({"attempt": 1, "attempts": [
-        {"attempt": 0, "state": "FAILED", "message": "chief:0 was killed by SIGKILL"}]}))
+                      {"chief:0": TaskEnd(2, host="n1")})
+    top.put(kvmod.ATTEMPT, Wanted(1, 1, (Attempt(0, "FAILED", "chief:0 was killed by SIGKILL"),
+                                         )).to_json())
     w.view.read(top)
     assert "attempt 2/1: restarting after chief:0 was killed by SIGKILL" in \
         capsys.readouterr().err
@@ -567,8 +568,8 @@ def test_a_signal_during_submission_still_kills_the_submitted_app(monkeypatch):
     monkeypatch.setattr(yarn.appspec, "application_spec", lambda *_a: object())
     try:
         with pytest.raises(JobFailed) as ended:
-            yarn.submit_and_watch(_spec(), Settings(),
-                                  yarn.ClientOptions(detach=True), interrupts)
+            yarn.submit_and_watch(_spec(), yarn.ClientOptions(detach=True, settings=Settings()),
+                                  interrupts)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT

@@ -174,9 +174,9 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, princip
             return _run_local(spec, settings, interrupts)
         from tfyarn.client import yarn
 
-        return yarn.submit_and_watch(spec, settings, yarn.ClientOptions(
+        return yarn.submit_and_watch(spec, yarn.ClientOptions(
             conf_dir=args.conf, principal=principal, keytab=keytab, detach=detach,
-            follow=interact), interrupts)
+            follow=interact, settings=settings), interrupts)
 
 
 def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
@@ -377,7 +377,8 @@ def driver_cmd(action: str, conf: str | None, principal: str | None,
         from tfyarn.client import yarn
 
         opts = _opts(conf)
-        return yarn.driver(action, yarn.ClientOptions(opts.conf_dir, principal, keytab))
+        return yarn.driver(action, dataclasses.replace(opts, principal=principal,
+                                                       keytab=keytab))
 
 
 @tfyarn.command("check-data")
@@ -429,7 +430,8 @@ def _local_job_dir(job_id: str) -> str:
 
 def _local_status(job_id: str) -> int:
     from tfyarn.client.yarn import live_tasks
-    from tfyarn.core.policy import Outcome, attempt_tables
+    from tfyarn.core.policy import attempt_tables
+    from tfyarn.core.records import Outcome
     from tfyarn.protocol import kv as kvmod
 
     root = _local_job_dir(job_id)
@@ -442,7 +444,7 @@ def _local_status(job_id: str) -> int:
         for line in live_tasks(store):
             click.echo(f"  {line}")
         return 0
-    outcome = Outcome.from_json(raw)
+    outcome = Outcome.from_json(raw, kvmod.STATUS)
     click.echo(f"final status: {outcome.state}\ndiagnostics: {outcome.message}\ntasks:")
     for line in attempt_tables(outcome):
         click.echo(f"  {line}")

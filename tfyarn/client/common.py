@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from tfyarn.client.interrupts import Interrupts
 from tfyarn.core.errors import JobFailed, StoreGone, exit_code
 from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.policy import Outcome
+from tfyarn.core.records import Outcome, TensorBoard
 from tfyarn.core.say import say
 from tfyarn.core.timing import STOP_ASK_WAIT_S
 from tfyarn.protocol import kv as kvmod
@@ -54,26 +54,24 @@ class News:
             self.page_said = True
         self.tensorboard(store)
 
-    def tensorboard(self, store: kvmod.KV) -> str | None:
+    def tensorboard(self, store: kvmod.KV) -> TensorBoard | None:
         """TensorBoard's published record (said once), or None before it is out."""
         raw = store.get(kvmod.TENSORBOARD) if self.spec.tensorboard_dir else None
-        if raw is not None and not self.tensorboard_said:
-            from tfyarn.runtime.tensorboard import announce  # only with -enable_tensorboard
-
-            line = announce(raw)
-            if line:
-                say(line)
+        info = None if raw is None else TensorBoard.from_json(raw, kvmod.TENSORBOARD)
+        if info is not None and not self.tensorboard_said:
+            say(info.announce())
             self.tensorboard_said = True
-        return raw
+        return info
 
     def restart(self, store: kvmod.KV) -> tuple[int, str] | None:
         """A new attempt the driver started since the last call, and how the previous
         one ended (once per attempt); `gang` follows the gang now wanted."""
-        attempt, self.gang, earlier = kvmod.wanted(store)
-        if attempt <= self.attempt:
+        wanted = kvmod.wanted(store)
+        self.gang = wanted.gang
+        if wanted.attempt <= self.attempt:
             return None
-        self.attempt = attempt
-        return attempt, earlier[-1]["message"] if earlier else ""
+        self.attempt = wanted.attempt
+        return wanted.attempt, wanted.earlier[-1].message if wanted.earlier else ""
 
 
 @dataclass

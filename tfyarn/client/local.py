@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import glob
-import json
 import os
 import selectors
 import shutil
@@ -33,8 +32,9 @@ from tfyarn.client import files as filesmod
 from tfyarn.client.interrupts import Interrupts
 from tfyarn.core.errors import EXIT_TFYARN, EnvironmentMissing, JobFailed, SpecError
 from tfyarn.core.jobspec import Container, JobSpec, ShippedFile
-from tfyarn.core.policy import Outcome, elapsed_words, plural, signal_of
+from tfyarn.core.policy import elapsed_words, plural, signal_of
 from tfyarn.core.progress import Progress, Reading
+from tfyarn.core.records import Outcome, TaskEnd
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
@@ -609,7 +609,8 @@ class LocalJob:
                       relaunch: Callable[[], None]) -> bool:
         """The driver restarts the gang (its log, on the terminal, says why): end the old
         launchers, start new ones. Whether it did."""
-        attempt, gang, _ = kvmod.wanted(store)
+        wanted = kvmod.wanted(store)
+        attempt, gang = wanted.attempt, wanted.gang
         if gang <= procs.gang:
             return False
         end_launchers(procs.launchers, self.job_id, procs.gang, RESTART_EXIT_WAIT_S,
@@ -626,14 +627,14 @@ class LocalJob:
                 or not self.spec.tensorboard_linger_s or store.get(kvmod.STATUS) is None:
             return
         deadline = time.monotonic() + TENSORBOARD_START_S  # a short job ends before it is up
-        while (raw := self.news.tensorboard(store)) is None and tb.poll() is None \
+        while (info := self.news.tensorboard(store)) is None and tb.poll() is None \
                 and not self.interrupts.count and time.monotonic() < deadline:
             time.sleep(FOLLOW_S)
-        if raw is None or "url" not in json.loads(raw) or self.interrupts.count:
+        if info is None or not info.url or self.interrupts.count:
             return
         self.signals_before_linger = self.interrupts.count
         say(f"TensorBoard stays up {self.spec.tensorboard_linger_s / 60:g} min at "
-            f"{json.loads(raw)['url']} (--tensorboard-linger; Ctrl-C ends it)")
+            f"{info.url} (--tensorboard-linger; Ctrl-C ends it)")
         wait_procs([tb], self.spec.tensorboard_linger_s + TENSORBOARD_DONE_SLACK_S,
                    cut=lambda: self.interrupts.count > 0)
 
@@ -648,7 +649,7 @@ class LocalJob:
             raise JobFailed(f"job {self.job_id}: tfyarn's driver ended without a final status "
                             f"after {took}; every task was stopped. Read "
                             f"{jd.log_path('driver')}", EXIT_TFYARN)
-        outcome = Outcome.from_json(raw)
+        outcome = Outcome.from_json(raw, kvmod.STATUS)
         if outcome.state != "SUCCEEDED":
             where = task_log(self.spec, jd, outcome.task) if outcome.task else \
                 os.path.join(jd.root, "logs")
@@ -691,9 +692,9 @@ def report_dead_launchers(procs: Procs, store: kvmod.KV, job_id: str,
             end_leftovers(job_id, container, procs.gang, bool(procs.docker))
         for task in container.tasks:
             if store.get(kvmod.exit_key(task)) is None and store.get(kvmod.lost_key(task)) is None:
-                store.put(kvmod.lost_key(task), json.dumps({
-                    "code": None, "lost": True, "time": time.time(),
-                    "reason": f"its launcher process died ({describe_rc(p)}) before reporting"}))
+                store.put(kvmod.lost_key(task), TaskEnd(
+                    None, f"its launcher process died ({describe_rc(p)}) before reporting",
+                    lost=True, time=time.time()).to_json())
 
 
 def task_log(spec: JobSpec, jd: JobDir, task: str) -> str:

@@ -33,8 +33,9 @@ from tfyarn.core.errors import (
     TfYarnError,
 )
 from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.policy import Outcome, am_end, attempt_tables, elapsed_words, restart_words
+from tfyarn.core.policy import am_end, attempt_tables, elapsed_words, restart_words
 from tfyarn.core.progress import Progress
+from tfyarn.core.records import Outcome
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task, natural
@@ -60,11 +61,20 @@ KILL_GRACE_S = 3.0  # `tfyarn kill`: the tasks' stop grace (the job's own is not
 
 @dataclass(frozen=True)
 class ClientOptions:
+    """How this client reaches the cluster: the Hadoop configuration dir (-conf), the
+    Kerberos login, and the process's settings, read once where the client starts."""
+
     conf_dir: str | None = None
     principal: str | None = None
     keytab: str | None = None
     detach: bool = False
     follow: bool = False  # -interact True: stream every task's output while watching
+    settings: Settings = field(default_factory=Settings.from_environ)
+
+    @property
+    def hadoop_conf(self) -> str | None:
+        """The configuration dir in effect: -conf, else HADOOP_CONF_DIR's (settings)."""
+        return self.settings.conf_dir(self.conf_dir)
 
 
 # ---------------------------------------------------------------- skein's client
@@ -78,25 +88,24 @@ def require_client(opts: ClientOptions) -> None:
         raise SpecError(f"--keytab: {opts.keytab!r} does not exist")
     if shutil.which("yarn") is None:
         raise EnvironmentMissing(f"{NO_HADOOP} (missing: yarn)")
-    settings = Settings.from_environ()
-    conf_dir = settings.conf_dir(opts.conf_dir)
+    conf_dir = opts.hadoop_conf
     warm = (warm_driver() or {}).get("conf_dir") == conf_dir
     if opts.keytab or not warm:
-        kerberos.check_login(conf_dir, opts.principal, opts.keytab, settings.kerberos_env())
+        kerberos.check_login(conf_dir, opts.principal, opts.keytab,
+                             opts.settings.kerberos_env())
 
 
 def _start_client(opts: ClientOptions, log: str, conf_dest: str) -> Yarn:
     """The warm driver when one serves this configuration (no --principal/--keytab of
     this call's own), else a driver of this call's own (a JVM: ~5 s), reading its
     Hadoop configuration from `conf_dest` (see `driver_conf`)."""
-    settings = Settings.from_environ()
-    conf_dir = settings.conf_dir(opts.conf_dir)
+    conf_dir = opts.hadoop_conf
     if not opts.principal and not opts.keytab:
         warm = Yarn.warm(conf_dir)
         if warm is not None:
             return warm
     return Yarn.start(opts.principal, opts.keytab, log, driver_conf(dest=conf_dest,
-                      conf_dir=conf_dir), settings.java_options())
+                      conf_dir=conf_dir), opts.settings.java_options())
 
 
 def driver_conf(dest: str, conf_dir: str | None) -> str | None:
@@ -127,7 +136,7 @@ def _start_warm(conf_dir: str | None, opts: ClientOptions) -> None:
     """Start the warm driver on a Hadoop configuration of its own (`driver_conf`), kept
     in the cache, not /tmp: a cleaner of old files there would take it from under a
     driver that runs for weeks (its JVM rereads it at times); removed by `driver stop`."""
-    settings = Settings.from_environ()
+    settings = opts.settings
     log = settings.log_path("skein-warm-driver.log")
     own = tempfile.mkdtemp(prefix="warm-driver-conf-", dir=settings.own_dir("driver-conf"))
     conf = driver_conf(own, conf_dir)
@@ -146,7 +155,7 @@ def _start_warm(conf_dir: str | None, opts: ClientOptions) -> None:
 def driver(action: str, opts: ClientOptions) -> int:
     """`tfyarn driver start|stop|status`: a warm skein driver that submits, status and
     kill calls share instead of each starting a JVM."""
-    conf_dir = Settings.from_environ().conf_dir(opts.conf_dir)
+    conf_dir = opts.hadoop_conf
     if action == "start":
         require_client(opts)
         if _warm_running(conf_dir):
@@ -167,7 +176,7 @@ def yarn_client(opts: ClientOptions) -> Iterator[Yarn]:
     """skein's YARN client; its driver's log goes to a file, named when a call fails and
     removed otherwise."""
     require_client(opts)
-    log = Settings.from_environ().log_path(f"skein-driver-{os.getpid()}.log")
+    log = opts.settings.log_path(f"skein-driver-{os.getpid()}.log")
     with keeping_log(log), tempfile.TemporaryDirectory(prefix="tfyarn-driver-conf-") as conf, \
             _start_client(opts, log, conf) as client:
         yield client
@@ -192,16 +201,16 @@ def app_store(client: Yarn, app_id: str) -> kvmod.SkeinKV | None:
 # ---------------------------------------------------------------- submit and watch
 
 
-def submit_and_watch(spec: JobSpec, settings: Settings, opts: ClientOptions,
+def submit_and_watch(spec: JobSpec, opts: ClientOptions,
                      interrupts: Interrupts | None = None) -> int:
     interrupts = interrupts or Interrupts()
     require_client(opts)
-    conf_dir = settings.conf_dir(opts.conf_dir)
+    settings, conf_dir = opts.settings, opts.hadoop_conf
     defaults = staging.load_defaults(settings, conf_dir)
     spec = staging.keytab_job(spec, opts.principal, opts.keytab)
     with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:
         staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir,
-                                   web_login(opts, settings))
+                                   web_login(opts))
         staged = staging.with_keytab(staged, opts.keytab)
         app_spec = appspec.application_spec(spec, staged, defaults)
         with yarn_client(opts) as client, interrupts.deferred():
@@ -365,7 +374,7 @@ class StoreView:
         raw = store.get(kvmod.STATUS)
         self._follow(store, final=bool(raw))
         if raw and self.outcome is None:
-            self.outcome = Outcome.from_json(raw)
+            self.outcome = Outcome.from_json(raw, kvmod.STATUS)
             store.put(kvmod.ACK, "1")
 
     def _registered(self, n: int) -> None:
@@ -523,21 +532,19 @@ class Watcher:
 # ---------------------------------------------------------------- lifecycle commands
 
 
-def web_login(opts: ClientOptions, settings: Settings | None = None) -> Negotiator | None:
+def web_login(opts: ClientOptions) -> Negotiator | None:
     """How this client signs in to the cluster's web services (SPNEGO): None without
     Kerberos."""
-    settings = settings or Settings.from_environ()
-    return kerberos.login(settings.conf_dir(opts.conf_dir), opts.principal, opts.keytab,
-                          settings.krb5_ccache)
+    return kerberos.login(opts.hadoop_conf, opts.principal, opts.keytab,
+                          opts.settings.krb5_ccache)
 
 
 def rest_client(opts: ClientOptions) -> rm.RestClient:
     """The RM's REST API; under Kerberos after the login check a submit makes (one
     `Error:` line naming the principal and what to run, rather than GSS-API's words)."""
-    settings = Settings.from_environ()
-    conf_dir = settings.conf_dir(opts.conf_dir)
-    kerberos.check_login(conf_dir, opts.principal, opts.keytab, settings.kerberos_env())
-    return rm.RestClient.from_conf_dir(conf_dir, settings.user, web_login(opts, settings))
+    conf_dir = opts.hadoop_conf
+    kerberos.check_login(conf_dir, opts.principal, opts.keytab, opts.settings.kerberos_env())
+    return rm.RestClient.from_conf_dir(conf_dir, opts.settings.user, web_login(opts))
 
 
 def rest_report(app_id: str, opts: ClientOptions) -> dict | None:
@@ -587,7 +594,7 @@ def live_tasks(store: kvmod.KV) -> list[str]:
     worker:10): address, state, exit code and reason once it ended; after a restart, one
     line per earlier attempt first."""
     attempt, earlier, states = taskstate.current(store)
-    out = [f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}" for a in earlier]
+    out = [a.words() for a in earlier]
     if out:
         out.append(f"attempt {attempt + 1}: running")
     indent = "  " if earlier else ""

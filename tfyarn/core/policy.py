@@ -7,13 +7,13 @@ signal names, task table). Must not do I/O or read clocks: callers pass `now`.
 
 from __future__ import annotations
 
-import json
 import signal
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tfyarn.core.errors import SIGNAL_BASE
+from tfyarn.core.records import Attempt, Outcome, TaskEnd
 from tfyarn.core.tfconfig import Task, natural_name
 
 if TYPE_CHECKING:
@@ -67,21 +67,21 @@ def signal_of(code: int | None) -> signal.Signals | None:
         return None
 
 
-def describe_exit(task: Task | str, rec: Mapping) -> str:
+def describe_exit(task: Task | str, rec: TaskEnd) -> str:
     """`worker:1 exited with code 3`, `... was killed by SIGKILL`, `... launcher lost (...)`,
     `... was preempted by YARN (...)`."""
-    code = rec.get("code")
-    if rec.get("rank") is not None:
-        task = f"{task} (rank {rec['rank']})"
-    if rec.get("explained"):  # the launcher said what happened (docker's memory kill, a
-        return f"{task}: {rec.get('reason')}"  # node that cannot run the task's image)
-    if rec.get("yarn"):
-        phrase = rec.get("reason") or ""
+    code = rec.code
+    if rec.rank is not None:
+        task = f"{task} (rank {rec.rank})"
+    if rec.explained:  # the launcher said what happened (docker's memory kill, a
+        return f"{task}: {rec.reason}"  # node that cannot run the task's image)
+    if rec.yarn:
+        phrase = rec.reason
         return f"{task} {phrase}" if phrase.startswith("was ") else f"{task}: {phrase}"
-    if rec.get("lost"):
-        return f"{task}: launcher lost ({rec.get('reason')})"
-    if rec.get("stopped"):
-        return f"{task} was stopped ({rec.get('reason')})"
+    if rec.lost:
+        return f"{task}: launcher lost ({rec.reason})"
+    if rec.stopped:
+        return f"{task} was stopped ({rec.reason})"
     sig = signal_of(code)
     if sig is not None:
         how = "" if code is not None and code < 0 else f" (exit code {code})"
@@ -89,34 +89,30 @@ def describe_exit(task: Task | str, rec: Mapping) -> str:
     return f"{task} exited with code {code}"
 
 
-def merge_records(exits: Mapping[Task, dict], lost: Mapping[Task, dict],
-                  ends: Mapping[Task, dict]) -> dict[Task, dict]:
+def merge_records(exits: Mapping[Task, TaskEnd], lost: Mapping[Task, TaskEnd],
+                  ends: Mapping[Task, TaskEnd]) -> dict[Task, TaskEnd]:
     """One record per task. A launcher's exit record wins over a lost record; YARN's word
     on a container it ended (`ends`) wins over both, unless the task's own exit code was
     reported: a launcher that reports "stopped by SIGTERM" was stopped by that very kill."""
     out = {**lost, **exits}
     for task, rec in ends.items():
         if task not in exits or needs_yarn_word(exits[task]):
-            out[task] = {**rec, "time": out.get(task, rec).get("time", rec.get("time", 0))}
+            out[task] = replace(rec, time=out.get(task, rec).time)
     return out
 
 
-def needs_yarn_word(rec: Mapping | None) -> bool:
+def needs_yarn_word(rec: TaskEnd | None) -> bool:
     """A failure the launcher cannot explain (stopped from outside, lost, killed by a
     signal): on YARN the container's end says what happened (a memory kill, permanent,
     is a SIGTERM then SIGKILL to the container; a preemption is retryable). Not a task
     SIGKILLed while its launcher heard nothing: YARN's kills start with a SIGTERM to the
     whole container, which the launcher hears too, so that SIGKILL was not YARN's."""
-    if rec is None or rec.get("yarn"):
+    if rec is None or rec.yarn:
         return False
-    if rec.get("stopped") or rec.get("lost"):
+    if rec.stopped or rec.lost:
         return True
-    sig = signal_of(rec.get("code"))
+    sig = signal_of(rec.code)
     return sig is not None and sig != signal.SIGKILL
-
-
-def _failed(rec: Mapping) -> bool:
-    return rec.get("code") != 0 or bool(rec.get("stopped")) or bool(rec.get("lost"))
 
 
 # ---------------------------------------------------------------- failure causes
@@ -159,26 +155,27 @@ def token_expired(line: str) -> bool:
     return all(word in line for word in TOKEN_EXPIRED)
 
 
-def token_end(code: int | None) -> dict:
+def token_end(rec: TaskEnd) -> TaskEnd:
     """The exit record of a task that failed after its HDFS delegation token expired: not
     retried (a restart has the same tokens); the one line says what to pass."""
-    return {"code": code, "cause": PERMANENT, "explained": True,
-            "reason": f"exited with code {code} after its HDFS delegation token expired (the "
-                      "NameNode's dfs.namenode.delegation.token.max-lifetime ends every "
-                      "token; a job that runs longer needs its own login): resubmit with "
-                      "--principal YOU@REALM --keytab KEYTAB"}
+    return replace(rec, cause=PERMANENT, explained=True,
+                   reason=f"exited with code {rec.code} after its HDFS delegation token "
+                          "expired (the NameNode's dfs.namenode.delegation.token.max-lifetime "
+                          "ends every token; a job that runs longer needs its own login): "
+                          "resubmit with --principal YOU@REALM --keytab KEYTAB")
 
 
-def memory_end(code: int | None, flag: str, memory_mb: int, limit_mb: int) -> dict:
-    """The exit record's account of a task the kernel killed at its docker container's
-    memory limit (`limit_mb`: its share of the YARN container): never retried, as
-    YARN's own memory kill."""
-    return {"code": code, "cause": PERMANENT, "explained": True,
-            "reason": f"{memory_phrase(flag, memory_mb)} [docker: OOMKilled at {limit_mb} MB]"}
+def memory_end(rec: TaskEnd, flag: str, memory_mb: int, limit_mb: int) -> TaskEnd:
+    """The exit record of a task the kernel killed at its docker container's memory
+    limit (`limit_mb`: its share of the YARN container): never retried, as YARN's own
+    memory kill."""
+    return replace(rec, cause=PERMANENT, explained=True,
+                   reason=f"{memory_phrase(flag, memory_mb)} [docker: OOMKilled at "
+                          f"{limit_mb} MB]")
 
 
 def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
-             node: str = "") -> dict:
+             node: str = "") -> TaskEnd:
     """The record of a task whose container YARN ended before its launcher reported,
     from skein's exit message: a memory kill says which flag to raise, a lost node is
     named (`node`: the container's host, where YARN said it)."""
@@ -191,9 +188,9 @@ def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
         phrase = memory_phrase(memory_flag, memory_mb)
     if node:
         phrase = phrase.replace("its node", f"its node {node}")
-    return {"code": None, "lost": True, "yarn": message.strip(), "cause": cause,
-            "taken": found in TAKEN_BACK, "reason": f"{phrase} [YARN: {cut_line(message.strip())}]",
-            "time": wall_time}
+    return TaskEnd(None, lost=True, yarn=message.strip(), cause=cause,
+                   taken=found in TAKEN_BACK, time=wall_time,
+                   reason=f"{phrase} [YARN: {cut_line(message.strip())}]")
 
 
 def am_end(diagnostics: str, am_host: str = "") -> str | None:
@@ -214,54 +211,19 @@ def am_end(diagnostics: str, am_host: str = "") -> str | None:
             f"resubmit the job [YARN: {cut_line(yarn)}]")
 
 
-def cause_of(rec: Mapping) -> str:
+def cause_of(rec: TaskEnd) -> str:
     """Retryable or permanent, as Kubeflow's ExitCode policy splits them: killed by a
     signal, lost, stopped from outside, or exit codes 128-255 are retryable; exit codes
     1-127 (the code's own failure) are permanent; YARN's word wins when there is one."""
-    if rec.get("cause"):
-        return str(rec["cause"])
-    code = rec.get("code")
-    if rec.get("lost") or rec.get("stopped") or code is None:
+    if rec.cause:
+        return rec.cause
+    code = rec.code
+    if rec.lost or rec.stopped or code is None:
         return RETRYABLE
     return RETRYABLE if code < 0 or SIGNAL_BASE <= code <= 255 else PERMANENT
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """How a job (or one attempt of it) ended and why; `task`/`code`/`tail` name the task
-    that decided it, `cause` whether that failure may be retried (None: no task failure
-    decided it), `attempts` the earlier attempts' outcomes (restarts)."""
-
-    state: str
-    message: str
-    task: str | None = None
-    code: int | None = None
-    tail: tuple[str, ...] = ()
-    tasks: Mapping[str, dict] = field(default_factory=dict)
-    cause: str | None = None
-    attempt: int = 0
-    attempts: tuple[dict, ...] = ()
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    def describe(self, job: str, state: str | None = None) -> list[str]:
-        """`JOB STATE: message`, then the deciding task's stderr excerpt."""
-        lines = [f"{job} {state or self.state}: {self.message}"]
-        if self.tail:
-            lines.append(f"last stderr lines of {self.task}:")
-            lines += [f"  {line}" for line in self.tail]
-        return lines
-
-    @classmethod
-    def from_json(cls, text: str) -> Outcome:
-        d = json.loads(text)
-        d["tail"] = tuple(d.get("tail", ()))
-        d["attempts"] = tuple(d.get("attempts", ()))
-        return cls(**d)
-
-
-def decide(spec: JobSpec, records: Mapping[Task, Mapping]) -> Outcome | None:
+def decide(spec: JobSpec, records: Mapping[Task, TaskEnd]) -> Outcome | None:
     """The job's outcome given the task ends seen so far, or None while it must go on.
 
     `records` holds exit records and lost-launcher records. The earliest task that
@@ -270,17 +232,17 @@ def decide(spec: JobSpec, records: Mapping[Task, Mapping]) -> Outcome | None:
     failure; otherwise every task must have been seen to exit 0: a task whose exit was
     never observed never counts as a success.
     """
-    failed = [(r.get("time", 0), str(t), t) for t, r in records.items() if _failed(r)]
+    failed = [(r.time, str(t), t) for t, r in records.items() if r.failed]
     chief = records.get(Task("chief", 0))
-    chief_ok = chief is not None and not _failed(chief)
     x_true = spec.app_type == "tensorflow-ps" and spec.stop_ps_when_done
-    if x_true and chief_ok and (not failed or chief.get("time", 0) <= min(failed)[0]):
+    if x_true and chief is not None and not chief.failed \
+            and (not failed or chief.time <= min(failed)[0]):
         return Outcome("SUCCEEDED", "chief:0 finished; the other tasks were stopped (-x True)")
     if failed:
         _, _, task = min(failed)
         rec = records[task]
-        return Outcome("FAILED", describe_exit(task, rec), str(task), rec.get("code"),
-                       tuple(rec.get("tail", ())), cause=cause_of(rec))
+        return Outcome("FAILED", describe_exit(task, rec), str(task), rec.code, rec.tail,
+                       cause=cause_of(rec))
     n = len(spec.tasks())
     if len(records) == n:
         return Outcome("SUCCEEDED", f"all {plural(n, 'task')} exited with code 0")
@@ -305,7 +267,7 @@ def restart_words(spec: JobSpec, attempt: int, why: str) -> str:
     return f"attempt {attempt + 1}/{spec.attempts}: restarting after {why}"
 
 
-def final_message(spec: JobSpec, outcome: Outcome, earlier: Sequence[Mapping]) -> str:
+def final_message(spec: JobSpec, outcome: Outcome, earlier: Sequence[Attempt]) -> str:
     """The last attempt's message, naming every earlier attempt's failure, and why a
     failure was not retried when restarts were allowed."""
     msg = outcome.message
@@ -314,7 +276,7 @@ def final_message(spec: JobSpec, outcome: Outcome, earlier: Sequence[Mapping]) -
         msg += (" (not restarted: exit codes 1-127 and memory kills are permanent; "
                 "--restart-on any retries them)")
     if earlier:
-        before = "; ".join(f"attempt {a['attempt'] + 1}: {a['message']}" for a in earlier)
+        before = "; ".join(f"attempt {a.attempt + 1}: {a.message}" for a in earlier)
         msg += f" [attempt {outcome.attempt + 1}/{spec.attempts}; earlier: {before}]"
     return msg
 
@@ -354,13 +316,13 @@ def give_back(wait: GangWait | None, patience: float) -> Outcome | None:
                    "rest): giving them back", cause=REGROUP)
 
 
-def regroups(outcome: Outcome, rec: Mapping | None, published: bool) -> bool:
+def regroups(outcome: Outcome, rec: TaskEnd | None, published: bool) -> bool:
     """Whether a gang that ended with `outcome` is asked for again without spending a
     restart: it gave its containers back, or YARN took one back (preempted, node lost
     or decommissioned, disk) before the cluster spec was out, so no user code ran."""
     if outcome.cause == REGROUP:
         return True
-    return not published and rec is not None and bool(rec.get("taken"))
+    return not published and rec is not None and rec.taken
 
 
 def backoff_s(base_s: float, given_back: int, jitter: float) -> float:
@@ -393,10 +355,10 @@ class Liveness:
                 if t not in done and now - at > self.timeout_s}
 
 
-def lost_record(silent_s: float, wall_time: float) -> dict:
+def lost_record(silent_s: float, wall_time: float) -> TaskEnd:
     why = (f"no heartbeat for {silent_s:.0f} s: its container or process died, froze or lost "
            "the network")
-    return {"code": None, "lost": True, "reason": why, "time": wall_time}
+    return TaskEnd(None, why, lost=True, time=wall_time)
 
 
 # ---------------------------------------------------------------- wording
@@ -421,23 +383,19 @@ def attempt_tables(outcome: Outcome) -> list[str]:
         return format_tasks(outcome.tasks)
     lines = []
     for a in outcome.attempts:
-        lines.append(f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}")
-        lines += [f"  {line}" for line in format_tasks(a.get("tasks", {}))]
+        lines.append(a.words())
+        lines += [f"  {line}" for line in format_tasks(a.tasks)]
     lines.append(f"attempt {outcome.attempt + 1}: {outcome.state}")
     return lines + [f"  {line}" for line in format_tasks(outcome.tasks)]
 
 
-def format_tasks(tasks: Mapping[str, Mapping]) -> list[str]:
+def format_tasks(tasks: Mapping[str, TaskEnd]) -> list[str]:
     """One line per task, in natural order (the outcome's JSON keeps them sorted as
     text: worker:10 before worker:2): name, host, exit code and why it ended."""
     lines = []
     for name, t in sorted(tasks.items(), key=lambda item: natural_name(item[0])):
-        code = "-" if t.get("code") is None else str(t.get("code"))
-        if t.get("lost"):
-            note = f"lost: {t.get('reason')}"
-        elif t.get("stopped"):
-            note = f"stopped: {t.get('reason')}"
-        else:
-            note = t.get("reason") or ""
-        lines.append(f"{name:<12} {t.get('host') or '-':<30} exit {code:<5} {note}".rstrip())
+        code = "-" if t.code is None else str(t.code)
+        note = f"lost: {t.reason}" if t.lost else f"stopped: {t.reason}" if t.stopped \
+            else t.reason
+        lines.append(f"{name:<12} {t.host or '-':<30} exit {code:<5} {note}".rstrip())
     return lines

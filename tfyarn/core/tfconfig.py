@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
+
+from tfyarn.core.records import Rank
 
 TASK_TYPES = ("ps", "chief", "worker")
 
@@ -68,7 +70,7 @@ def cluster_spec(addresses: Mapping[Task, str]) -> dict[str, list[str]]:
     return cluster
 
 
-def tf_config(cluster: Mapping[str, list[str]], task: Task) -> str:
+def tf_config(cluster: Mapping[str, Sequence[str]], task: Task) -> str:
     """The TF_CONFIG JSON string for one task."""
     if task.type not in cluster or task.index >= len(cluster[task.type]):
         raise ValueError(f"task {task} is not in the cluster {dict(cluster)}")
@@ -96,7 +98,7 @@ def run_env(attempt: int, checkpoints: str, tensorboard: str | None) -> dict[str
     return env
 
 
-def tf_env(cluster: Mapping[str, list[str]], task: Task, job_id: str) -> dict[str, str]:
+def tf_env(cluster: Mapping[str, Sequence[str]], task: Task, job_id: str) -> dict[str, str]:
     """A TF task's place in the job: TF_CONFIG and its identity."""
     num = sum(len(v) for v in cluster.values())
     return {"TF_CONFIG": tf_config(cluster, task), **identity_env(task, job_id, num)}
@@ -105,18 +107,6 @@ def tf_env(cluster: Mapping[str, list[str]], task: Task, job_id: str) -> dict[st
 # -------------------------------------------------------- allreduce (tensorflow-mpi, pytorch)
 
 HOROVOD_GLOO_TIMEOUT_S = 600  # Horovod's default is 30 s; containers start minutes apart
-
-
-class Rank(NamedTuple):
-    """A process's place in an allreduce job, as Horovod and torch.distributed count it."""
-
-    rank: int
-    size: int
-    local_rank: int
-    local_size: int
-    cross_rank: int
-    cross_size: int
-    host: str
 
 
 def allreduce_ranks(addresses: Mapping[Task, str]) -> dict[Task, Rank]:

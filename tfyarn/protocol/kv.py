@@ -1,7 +1,8 @@
 """The small key-value protocol the driver, the launchers and the client share.
 
 Two stores, same keys, same code path: a directory of files (local mode) and skein's
-key-value store (YARN). Values are UTF-8 strings, usually JSON.
+key-value store (YARN). Values are UTF-8 strings: plain text (an address, a reason) or
+a typed record of `tfyarn.core.records`, whose codec is the only one that writes them.
 
 Job keys (STATUS, PHASE, CLIENT, ACK, KILL, ATTEMPT) live at the top. Everything one gang
 of launchers writes or reads (CLUSTER, STOP, RANKS, task/...) lives under its gang's
@@ -14,35 +15,33 @@ is followed by a new gang of the same attempt.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
 import urllib.parse
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from typing import NamedTuple
 
+from tfyarn.core.records import Wanted
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import DIR_FEED_POLL_S, DIR_POLL_MAX_S, DIR_POLL_S, SKEIN_POLL_S
 from tfyarn.protocol import bell as bellmod
 from tfyarn.protocol import inotify
 from tfyarn.protocol.skeinlink import App
 
-CLUSTER = "cluster"  # the cluster spec JSON, put by the driver once every task registered
+CLUSTER = "cluster"  # records.Cluster, put by the driver once every task registered
 STOP = "stop"  # reason text; every launcher stops its user process when it appears
-STATUS = "status"  # the final status JSON, put by the driver last
+STATUS = "status"  # records.Outcome, the final one, put by the driver last
 PHASE = "phase"  # what the driver is doing now: registering / running / stopping
 CLIENT = "client"  # put by a watching el_submit; the driver then waits for its ACK
 ACK = "status_ack"  # the client has read STATUS; the AM (and its store) may go
 KILL = "kill"  # reason text; put by a client (Ctrl-C, `tfyarn kill`) to ask the driver to stop
-RANKS = "ranks"  # allreduce jobs: rank table, master and rendezvous, put just before CLUSTER
-ATTEMPT = "attempts"  # JSON {"attempt": k, "gang": g, "attempts": [earlier outcomes]}: the
-# gang now wanted, and the attempt it belongs to
-TENSORBOARD = "tensorboard"  # JSON {"url": ...} once it answers, or {"error": ...}
+RANKS = "ranks"  # records.RankTable (allreduce jobs), put just before CLUSTER
+ATTEMPT = "attempts"  # records.Wanted: the gang now wanted, its attempt, earlier attempts
+TENSORBOARD = "tensorboard"  # records.TensorBoard: its URL once it answers, or its error
 PAGE = "page"  # the job page's URL (on YARN: proxied through the ResourceManager)
 TENSORBOARD_DONE = "tensorboard_done"  # put by the TensorBoard side task when it ended
-TASKS = "tasks"  # JSON list of every task of the job, put by the driver first
+TASKS = "tasks"  # records.JobTasks: every task of the job, put by the driver first
 
 
 # One gang's task keys, a dir per kind (`addr/worker:1`): whoever waits on one kind is
@@ -502,22 +501,10 @@ class Scoped(KV):
         return {k[n:]: v for k, v in self.store.beats(self.prefix + prefix).items()}
 
 
-class Wanted(NamedTuple):
-    """The gang the driver last started, its attempt (0 before any restart; locally
-    always the gang's number), and how each earlier attempt ended (state, message,
-    task, cause, task table)."""
-
-    attempt: int
-    gang: int
-    earlier: list[dict]
-
-
 def wanted(store: KV) -> Wanted:
+    """The gang the driver last started (the first before it said)."""
     raw = store.get(ATTEMPT)
-    if raw is None:
-        return Wanted(0, 0, [])
-    d = json.loads(raw)
-    return Wanted(int(d["attempt"]), int(d.get("gang", d["attempt"])), list(d["attempts"]))
+    return Wanted() if raw is None else Wanted.from_json(raw, ATTEMPT)
 
 
 def open_kv(url: str, ringer: bool = False, watcher: bool = False) -> KV:

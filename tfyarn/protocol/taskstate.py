@@ -10,11 +10,12 @@ lists every task of the job, so a task that never registered is shown as waiting
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
 
+from tfyarn.core.policy import PERMANENT
+from tfyarn.core.records import Attempt, JobTasks, RecordError, TaskEnd
 from tfyarn.core.tfconfig import Task, natural
 from tfyarn.protocol import kv as kvmod
 
@@ -42,18 +43,18 @@ class TaskState:
     task: Task
     state: State
     addr: str | None = None
-    record: Mapping | None = None
+    record: TaskEnd | None = None
 
     @property
     def code(self) -> int | None:
-        return None if self.record is None else self.record.get("code")
+        return None if self.record is None else self.record.code
 
     def detail(self) -> str:
         """`exit 3: reason`, `exit -: its launcher process died ...`; empty while it runs."""
         if self.record is None:
             return ""
         code = "-" if self.code is None else str(self.code)
-        reason = self.record.get("reason") or ""
+        reason = self.record.reason
         return f"exit {code}" + (f": {reason}" if reason else "")
 
 
@@ -64,8 +65,8 @@ class Snapshot:
     addrs: dict[Task, str] = field(default_factory=dict)
     started: set[Task] = field(default_factory=set)
     beats: dict[Task, str] = field(default_factory=dict)
-    exits: dict[Task, dict] = field(default_factory=dict)
-    lost: dict[Task, dict] = field(default_factory=dict)
+    exits: dict[Task, TaskEnd] = field(default_factory=dict)
+    lost: dict[Task, TaskEnd] = field(default_factory=dict)
 
     def state_of(self, task: Task) -> TaskState:
         addr = self.addrs.get(task)
@@ -83,12 +84,12 @@ class Snapshot:
         return [self.state_of(t) for t in sorted(set(seen), key=natural)]
 
 
-def _ended(rec: Mapping) -> State:
-    if rec.get("lost"):
+def _ended(rec: TaskEnd) -> State:
+    if rec.lost:
         return State.LOST
-    if rec.get("stopped"):
+    if rec.stopped:
         return State.STOPPED
-    return State.SUCCEEDED if rec.get("code") == 0 else State.FAILED
+    return State.SUCCEEDED if rec.code == 0 else State.FAILED
 
 
 def read(store: kvmod.KV) -> Snapshot:
@@ -116,22 +117,32 @@ def apply(snap: Snapshot, key: str, value: str) -> bool:
     elif kind == "beat":
         snap.beats[task] = value
     elif kind == "exit":
-        snap.exits[task] = json.loads(value)
+        snap.exits[task] = _end(key, value)
     else:
-        snap.lost[task] = json.loads(value)
+        snap.lost[task] = _end(key, value)
     return True
+
+
+def _end(key: str, value: str) -> TaskEnd:
+    """A task's end as written; one this tfyarn cannot read (another version's) fails
+    the task, permanently, saying so: never a task silently taken as a success."""
+    try:
+        return TaskEnd.from_json(value, key)
+    except RecordError as exc:
+        return TaskEnd(None, str(exc), explained=True, cause=PERMANENT)
 
 
 def job_tasks(store: kvmod.KV) -> list[Task] | None:
     """Every task of the job, as the driver published it (None before it did)."""
     raw = store.get(kvmod.TASKS)
-    return None if raw is None else [Task.parse(t) for t in json.loads(raw)]
+    return None if raw is None else [Task.parse(t)
+                                     for t in JobTasks.from_json(raw, kvmod.TASKS).tasks]
 
 
 def current(store: kvmod.KV, tasks: Iterable[Task] | None = None
-            ) -> tuple[int, list[dict], list[TaskState]]:
+            ) -> tuple[int, tuple[Attempt, ...], list[TaskState]]:
     """The attempt now running, how the earlier ones ended, and the states of `tasks`
     (default: every task of the job once the driver published them)."""
-    attempt, gang, earlier = kvmod.wanted(store)
-    snap = read(kvmod.Scoped(store, gang))
-    return attempt, earlier, snap.states(job_tasks(store) if tasks is None else tasks)
+    wanted = kvmod.wanted(store)
+    snap = read(kvmod.Scoped(store, wanted.gang))
+    return wanted.attempt, wanted.earlier, snap.states(job_tasks(store) if tasks is None else tasks)

@@ -13,8 +13,6 @@ locally it notices a dead client and ends the job. The rules themselves are pure
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import random
 import signal
@@ -24,15 +22,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfyarn.core.errors import StoreGone, exit_code
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import (
     REGROUP,
     Liveness,
-    Outcome,
-    attempt_tables,
     backoff_s,
     cause_of,
     decide,
@@ -47,6 +43,15 @@ from tfyarn.core.policy import (
     regroups,
     restart_after,
     restart_words,
+)
+from tfyarn.core.records import (
+    NEVER_REPORTED,
+    Attempt,
+    Cluster,
+    JobTasks,
+    Outcome,
+    RankTable,
+    TaskEnd,
 )
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
@@ -65,9 +70,9 @@ from tfyarn.core.timing import (
 )
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.protocol.skeinlink import App
 from tfyarn.protocol.taskstate import Snapshot
 from tfyarn.runtime import gang as gangmod
+from tfyarn.runtime.site import Site, open_site
 
 if TYPE_CHECKING:  # both load http.server (~15 ms): imported where used, off the start
     from tfyarn.protocol.rendezvous import RendezvousServer
@@ -101,15 +106,15 @@ class Contention:
     def backoff(self) -> float:
         return backoff_s(self.patience_s, self.given_back, self.rng.uniform(0.5, 1.0))
 
-    def note(self, ends: Mapping[Task, Mapping]) -> bool:
+    def note(self, ends: Mapping[Task, TaskEnd]) -> bool:
         """Whether YARN preempted a container of this gang (remembered for the job)."""
         now = any(preempted(r) for r in ends.values())
         self.preempted |= now
         return now
 
 
-def preempted(rec: Mapping | None) -> bool:
-    return rec is not None and "preempt" in str(rec.get("yarn", "")).lower()
+def preempted(rec: TaskEnd | None) -> bool:
+    return rec is not None and "preempt" in rec.yarn.lower()
 
 
 @dataclass
@@ -130,7 +135,7 @@ class Referee:
     published: bool = False
     chief_done_said: bool = False
     liveness: Liveness = field(init=False)
-    last_records: dict[Task, dict] = field(default_factory=dict)
+    last_records: dict[Task, TaskEnd] = field(default_factory=dict)
     advertise_host: str = "127.0.0.1"
     rendezvous: RendezvousServer | None = None
     said_lost: set[Task] = field(default_factory=set)
@@ -162,11 +167,11 @@ class Referee:
                            f"({why})")
         return None
 
-    def ends(self) -> dict[Task, dict]:
+    def ends(self) -> dict[Task, TaskEnd]:
         """What the cluster says ended this attempt's containers."""
         return self.gang.ends(self.gang_no)
 
-    def records(self, snap: Snapshot) -> dict[Task, dict]:
+    def records(self, snap: Snapshot) -> dict[Task, TaskEnd]:
         """Exit records, plus a lost record for every launcher that died or went silent
         before reporting, and the cluster's word on containers it ended."""
         now = time.monotonic()
@@ -178,14 +183,14 @@ class Referee:
         self.publish_lost(snap, records)
         return records
 
-    def publish_lost(self, snap: Snapshot, records: Mapping[Task, dict]) -> None:
+    def publish_lost(self, snap: Snapshot, records: Mapping[Task, TaskEnd]) -> None:
         """A task found lost (silent, or its container ended by YARN) is written to the
         store once, with why, so `tfyarn status --tasks` and the page show it too."""
         for task, rec in records.items():
-            if rec.get("lost") and task not in snap.exits and task not in snap.lost \
+            if rec.lost and task not in snap.exits and task not in snap.lost \
                     and task not in self.said_lost:
                 self.said_lost.add(task)
-                self.store.put(kvmod.lost_key(task), json.dumps(rec))
+                self.store.put(kvmod.lost_key(task), rec.to_json())
 
     def publish_if_ready(self, addrs: Mapping[Task, str]) -> None:
         if self.published or len(addrs) < len(self.spec.tasks()):
@@ -193,11 +198,12 @@ class Referee:
         cluster = cluster_spec(addrs)
         if self.spec.allreduce:
             self.publish_ranks(addrs)
-        self.store.put(kvmod.CLUSTER, json.dumps(cluster))
+        self.store.put(kvmod.CLUSTER,
+                       Cluster({k: tuple(v) for k, v in cluster.items()}).to_json())
         self.job_store.put(kvmod.PHASE, "running")
         self.published = True
         say(f"all {plural(len(addrs), 'task')} registered; cluster spec published: "
-            f"{json.dumps(cluster)}", "driver")
+            + ", ".join(f"{k} {' '.join(v)}" for k, v in cluster.items()), "driver")
 
     def publish_ranks(self, addrs: Mapping[Task, str]) -> None:
         """Allreduce jobs: ranks grouped by host, torch's master (rank 0's reserved port)
@@ -209,9 +215,9 @@ class Referee:
 
             self.rendezvous = RendezvousServer(self.advertise_host).start()
             say(f"Horovod gloo rendezvous at {self.rendezvous.address}", "driver")
-        table = {"ranks": {str(t): r._asdict() for t, r in ranks.items()}, "master": master,
-                 "rendezvous": self.rendezvous.address if self.rendezvous else None}
-        self.store.put(kvmod.RANKS, json.dumps(table))
+        table = RankTable({str(t): r for t, r in ranks.items()}, master,
+                          self.rendezvous.address if self.rendezvous else None)
+        self.store.put(kvmod.RANKS, table.to_json())
 
     def give_back(self) -> Outcome | None:
         """A partial gang, given nothing more for its patience, gives its containers back."""
@@ -219,10 +225,10 @@ class Referee:
             return None
         return give_back(self.gang.waiting(self.gang_no), self.patience)
 
-    def note_chief_done(self, records: Mapping[Task, Mapping]) -> None:
+    def note_chief_done(self, records: Mapping[Task, TaskEnd]) -> None:
         """-x False: say once that the chief is done and the job now waits for the rest."""
         chief = records.get(Task("chief", 0))
-        if self.chief_done_said or chief is None or chief.get("code") != 0:
+        if self.chief_done_said or chief is None or chief.code != 0:
             return
         self.chief_done_said = True
         msg = ("chief:0 finished; -x False: the job now waits for every ps and worker to exit "
@@ -230,11 +236,11 @@ class Referee:
         say(msg, "driver")
         self.job_store.put(kvmod.PHASE, msg)
 
-    def lost(self) -> dict[Task, dict]:
+    def lost(self) -> dict[Task, TaskEnd]:
         """Tasks counted as lost so far (silent, or dead before reporting)."""
-        return {t: r for t, r in self.last_records.items() if r.get("lost")}
+        return {t: r for t, r in self.last_records.items() if r.lost}
 
-    def gone(self) -> dict[Task, dict]:
+    def gone(self) -> dict[Task, TaskEnd]:
         """Tasks whose launcher cannot report any more: lost, or its container ended."""
         return {**self.lost(), **self.ends()}
 
@@ -296,7 +302,7 @@ class Follow:
 
 
 def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome,
-                    gone: Callable[[], Mapping[Task, dict]], follow: Follow) -> Snapshot:
+                    gone: Callable[[], Mapping[Task, TaskEnd]], follow: Follow) -> Snapshot:
     """Tell every launcher of the attempt to stop and wait (bounded) until the registered
     ones that can still answer reported (a lost launcher, or one whose container ended,
     cannot: it is not waited for). Returns what they published."""
@@ -317,19 +323,14 @@ def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome,
     return snap
 
 
-def task_table(spec: JobSpec, snap: Snapshot, lost: Mapping[Task, dict],
-               ends: Mapping[Task, dict]) -> dict[str, dict]:
-    """How each task of the attempt ended, for the final status and diagnostics."""
+def task_table(spec: JobSpec, snap: Snapshot, lost: Mapping[Task, TaskEnd],
+               ends: Mapping[Task, TaskEnd]) -> dict[str, TaskEnd]:
+    """How each task of the attempt ended, for the final status and diagnostics (no
+    stderr tails: the deciding task's is the outcome's own)."""
     records = merge_records(snap.exits, {**lost, **snap.lost}, ends)
-    return {str(t): {"host": snap.addrs.get(t, "").rsplit(":", 1)[0], **_brief(records.get(t))}
+    return {str(t): replace(records.get(t, NEVER_REPORTED), tail=(),
+                            host=snap.addrs.get(t, "").rsplit(":", 1)[0])
             for t in spec.tasks()}
-
-
-def _brief(rec: Mapping | None) -> dict:
-    if rec is None:
-        return {"code": None, "stopped": False, "reason": "never reported"}
-    return {"code": rec.get("code"), "stopped": bool(rec.get("stopped")),
-            "lost": bool(rec.get("lost")), "reason": rec.get("reason")}
 
 
 @dataclass
@@ -342,12 +343,12 @@ class Course:
     job: JobClock
     advertise_host: str
     contention: Contention
-    earlier: list[dict] = field(default_factory=list)  # how earlier attempts ended
+    earlier: list[Attempt] = field(default_factory=list)  # how earlier attempts ended
     gang_no: int = 0  # the gang now wanted
     yielding: bool = False  # YARN preempted the last gang: another queue is owed room
 
 
-def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, dict]]:
+def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEnd]]:
     """One attempt: its gang, and on YARN a new gang each time one is given back before
     it ran (no restart spent), until one runs to an outcome; the attempt's outcome and
     task table."""
@@ -400,7 +401,7 @@ def hold_off(referee: Referee, seconds: float) -> Outcome | None:
 
 
 def run_gang(course: Course, referee: Referee, attempt: int
-             ) -> tuple[Outcome, dict[str, dict]]:
+             ) -> tuple[Outcome, dict[str, TaskEnd]]:
     """One gang, from registration to every task stopped: its outcome and task table."""
     spec, store, gang = course.spec, course.store, course.gang
     store.put(kvmod.PHASE, "registering")
@@ -455,7 +456,7 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
     course = Course(spec, store, gang, job, advertise_host,
                     Contention(spec.yarn.gang_patience_s))
     attempt = 0
-    store.put(kvmod.TASKS, json.dumps([str(t) for t in spec.tasks()]))
+    store.put(kvmod.TASKS, JobTasks(tuple(str(t) for t in spec.tasks())).to_json())
     while True:
         outcome, tasks = run_attempt(course, attempt)
         if not restart_after(spec, outcome, attempt):
@@ -463,9 +464,7 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
             break
         words = restart_words(spec, attempt + 1, outcome.message)
         say(words, "driver")
-        course.earlier.append({"attempt": attempt, "state": outcome.state,
-                               "message": outcome.message, "task": outcome.task,
-                               "cause": outcome.cause, "tasks": tasks})
+        course.earlier.append(replace(outcome, tasks=tasks).summary())
         store.put(kvmod.PHASE, words)
         _clear(gang, course.gang_no)
         attempt += 1
@@ -505,65 +504,16 @@ def _trap_signals(job: JobClock) -> None:
         signal.signal(sig, handler)
 
 
-def tensorboard_linger_s(spec: JobSpec, store: kvmod.KV) -> float:
-    """How long the application stays up for TensorBoard after the verdict: YARN with
-    --tensorboard-linger only (locally the client keeps the side task up)."""
-    return spec.tensorboard_linger_s if isinstance(store, kvmod.SkeinKV) \
-        and spec.tensorboard_dir else 0.0
-
-
-def linger_for_tensorboard(spec: JobSpec, store: kvmod.KV) -> None:
-    """The application (so the TensorBoard container) stays up until the side task says
-    it is done: after the linger, or sooner when killed; not at all when TensorBoard
-    never answered."""
-    linger = tensorboard_linger_s(spec, store)
-    if not linger or store.get(kvmod.TENSORBOARD) is None:
-        return
-    say(f"keeping the application for TensorBoard ({linger / 60:g} min)", "driver")
-    with contextlib.suppress(StoreGone):
-        store.wait(kvmod.TENSORBOARD_DONE, timeout=linger + TENSORBOARD_DONE_SLACK_S)
-
-
-def finish_yarn(store: kvmod.SkeinKV, outcome: Outcome) -> None:
-    """On YARN, hand the final status and a diagnostics text naming the task to the AM."""
-    diagnostics = outcome.message
-    if outcome.tail:
-        diagnostics += f"\nlast stderr lines of {outcome.task}:\n" + "\n".join(outcome.tail)
-    diagnostics += "\ntasks:\n" + "\n".join(attempt_tables(outcome))
-    try:
-        store.app.shutdown(outcome.state, diagnostics)
-    except StoreGone as exc:  # the master script's exit code still carries the status
-        say(f"could not set the final status through skein: {exc!r}", "driver")
-
-
-def yarn_log_links(app: App, spec: JobSpec) -> Callable[[Task], str | None]:
-    """Each task's container log URL on its NodeManager (the newest container of its
-    service: after a restart, the current attempt's)."""
-    states = ["WAITING", "REQUESTED", "RUNNING", "SUCCEEDED", "FAILED", "KILLED"]
-    newest: dict[str, Any] = {}
-    for c in app.containers(states=states):
-        if c.service_name not in newest or c.instance > newest[c.service_name].instance:
-            newest[c.service_name] = c
-    def link(task: Task) -> str | None:
-        c = newest.get(spec.container_of(task).name)
-        url = c.yarn_container_logs if c is not None else None
-        return url if not url or "://" in url else f"http://{url}"
-    return link
-
-
-def serve_page(spec: JobSpec, store: kvmod.KV, settings: Settings, host: str,
+def serve_page(spec: JobSpec, site: Site, settings: Settings, host: str,
                logs_dir: str | None) -> JobPage | None:
     """Start the job page and publish its URL (on YARN: registered with skein's web UI);
     a page that cannot start never stops the job."""
     from tfyarn.runtime.jobpage import JobPage, read_view
 
     started, job_id = time.monotonic(), settings.job_id or "unknown"
-    app = store.app if isinstance(store, kvmod.SkeinKV) else None
 
     def view() -> View:
-        links = yarn_log_links(app, spec) if app is not None else \
-            (lambda t: f"logs/{spec.container_of(t).name}")
-        return read_view(spec, store, job_id, started, links)
+        return read_view(spec, site.store, job_id, started, site.log_links(spec))
 
     def log_file(name: str) -> str | None:
         ok = logs_dir and name in {c.name for c in spec.containers()}
@@ -571,10 +521,7 @@ def serve_page(spec: JobSpec, store: kvmod.KV, settings: Settings, host: str,
 
     page = JobPage(view, log_file)
     try:
-        url = page.start(host)
-        if app is not None:
-            url = app.add_page("tfyarn", url, link_name="tfyarn job")
-        store.put(kvmod.PAGE, url)
+        site.store.put(kvmod.PAGE, site.page_url(page.start(host)))
         return page
     except (StoreGone, OSError) as exc:  # skein's web UI or a port: the job runs without it
         say(f"the job page could not start: {exc!r}", "driver")
@@ -607,7 +554,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = p.parse_args(argv)
     with open(ns.job, encoding="utf-8") as f:
         spec = JobSpec.from_json(f.read())
-    store = kvmod.open_kv(ns.kv, ringer=True, watcher=True)  # launchers wait on its bell
+    site = open_site(ns.kv)
     settings = Settings.from_environ()
     host = settings.advertise_host or socket.getfqdn()
     pages: list[JobPage] = []
@@ -615,17 +562,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def start_page() -> None:  # a job over within PAGE_DELAY_S never needed a page
         if not ended.wait(PAGE_DELAY_S):
-            pages.extend(p for p in [serve_page(spec, store, settings, host, ns.logs)] if p)
+            pages.extend(p for p in [serve_page(spec, site, settings, host, ns.logs)] if p)
 
     starter = threading.Thread(target=start_page, daemon=True)
     starter.start()
-    outcome = run(spec, store, host, gangmod.for_store(store, spec))
-    linger = tensorboard_linger_s(spec, store)
+    outcome = run(spec, site.store, host, site.gang(spec))
+    linger = site.tensorboard_linger_s(spec)
     exit_within(VERDICT_EXIT_S + (linger + TENSORBOARD_DONE_SLACK_S if linger else 0),
                 exit_code(outcome.state))
-    if isinstance(store, kvmod.SkeinKV):
-        linger_for_tensorboard(spec, store)
-        finish_yarn(store, outcome)
+    site.finish(spec, outcome)
     ended.set()
     starter.join(timeout=PAGE_START_WAIT_S)
     for page in pages:

@@ -15,15 +15,15 @@ on each backend and reports what the backend knows about the gang's containers:
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import Container, JobSpec
 from tfyarn.core.policy import GangWait, yarn_end
+from tfyarn.core.records import Attempt, TaskEnd, Wanted
 from tfyarn.core.say import say
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import CONTAINER_POLL_S
@@ -41,10 +41,9 @@ class Gang:
     def __init__(self, store: kvmod.KV) -> None:
         self.store = store
 
-    def start(self, gang: int, attempt: int, earlier: Sequence[Mapping]) -> None:
+    def start(self, gang: int, attempt: int, earlier: Sequence[Attempt]) -> None:
         """Ask for gang `gang` of attempt `attempt` (the client watches this key)."""
-        self.store.put(kvmod.ATTEMPT, json.dumps({"attempt": attempt, "gang": gang,
-                                                  "attempts": list(earlier)}))
+        self.store.put(kvmod.ATTEMPT, Wanted(attempt, gang, tuple(earlier)).to_json())
 
     def request(self, gang: int, attempt: int) -> bool:
         """Ask the cluster for `gang`'s containers ahead of `start`, while the failed
@@ -52,7 +51,7 @@ class Gang:
         gang in a moment)."""
         return False
 
-    def ends(self, gang: int) -> dict[Task, dict]:
+    def ends(self, gang: int) -> dict[Task, TaskEnd]:
         """Tasks whose container the cluster ended before their launcher reported."""
         return {}
 
@@ -72,7 +71,7 @@ class Gang:
 @dataclass
 class _Poll:
     at: float = -1e9
-    ends: dict[Task, dict] = field(default_factory=dict)  # containers that FAILED
+    ends: dict[Task, TaskEnd] = field(default_factory=dict)  # containers that FAILED
     finished: set[Task] = field(default_factory=set)  # containers that ended, any state
     held: int = 0  # containers YARN has given (running or ended)
     asked: int = 0  # containers asked for and not given yet
@@ -94,7 +93,7 @@ class SkeinGang(Gang):
                                                    for c in spec.containers()}}
         self.polls: dict[int, _Poll] = {}
 
-    def start(self, gang: int, attempt: int, earlier: Sequence[Mapping]) -> None:
+    def start(self, gang: int, attempt: int, earlier: Sequence[Attempt]) -> None:
         super().start(gang, attempt, earlier)
         self.request(gang, attempt)
 
@@ -112,7 +111,7 @@ class SkeinGang(Gang):
                           for c in self.spec.containers()}
         return True
 
-    def ends(self, gang: int) -> dict[Task, dict]:
+    def ends(self, gang: int) -> dict[Task, TaskEnd]:
         return self._poll(gang).ends
 
     def finished(self, gang: int) -> set[Task]:
@@ -176,7 +175,3 @@ class SkeinGang(Gang):
         for c in self.app.containers(states=["WAITING", "REQUESTED", "RUNNING"]):
             if c.id in mine:
                 self.app.kill_container(c.id)
-
-
-def for_store(store: kvmod.KV, spec: JobSpec) -> Gang:
-    return SkeinGang(store, store.app, spec) if isinstance(store, kvmod.SkeinKV) else Gang(store)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import html
 import http.server
-import json
 import os
 import time
 import urllib.parse
@@ -23,7 +22,8 @@ from typing import Any
 
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.policy import Outcome, elapsed_words
+from tfyarn.core.policy import elapsed_words
+from tfyarn.core.records import Outcome, TensorBoard
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import PAGE_REFRESH_S
 from tfyarn.protocol import kv as kvmod
@@ -72,8 +72,8 @@ def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
     rows = tuple(TaskRow(str(s.task), s.addr or "-", s.state.value, s.detail(), logs(s.task))
                  for s in states)
     raw_status, tb = store.get(kvmod.STATUS), store.get(kvmod.TENSORBOARD)
-    tensorboard = json.loads(tb).get("url") if tb else None
-    said = tuple(f"attempt {a['attempt'] + 1}: {a['state']}: {a['message']}" for a in earlier)
+    tensorboard = TensorBoard.from_json(tb, kvmod.TENSORBOARD).url if tb else None
+    said = tuple(a.words() for a in earlier)
     common = {"name": spec.name, "app_type": spec.app_type, "job_id": job_id,
               "elapsed": elapsed_words(time.monotonic() - started), "attempt": attempt,
               "attempts": spec.attempts, "rows": rows, "earlier": said,
@@ -81,7 +81,7 @@ def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
     if raw_status is None:
         phase = store.get(kvmod.PHASE) or "starting"
         return View(state="RUNNING", message=phase, **common)
-    out = Outcome.from_json(raw_status)
+    out = Outcome.from_json(raw_status, kvmod.STATUS)
     return View(state=out.state, message=out.message, failing=out.task, tail=out.tail,
                 refresh=False, **common)
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import json
 import os
 import signal
 import socket
@@ -25,15 +24,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import PERMANENT, memory_end, stderr_excerpt, token_end, token_expired
+from tfyarn.core.records import Cluster, RankTable, Started, TaskEnd
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import (
-    Rank,
     Task,
     allreduce_env,
     checkpoint_dir,
@@ -169,14 +168,14 @@ def watch_stop(store: kvmod.KV, flag: StopFlag, done: threading.Event,
             return
 
 
-def wait_for_cluster(store: kvmod.KV, flag: StopFlag, deadline: float) -> dict | None:
+def wait_for_cluster(store: kvmod.KV, flag: StopFlag, deadline: float) -> Cluster | None:
     """The cluster spec, or None if the job is stopped (a signal, the driver's stop
     request) or the deadline passes first."""
     try:
         while time.monotonic() < deadline:
             raw = store.wait(kvmod.CLUSTER, timeout=WAKE_S)
             if raw is not None:
-                return json.loads(raw)
+                return Cluster.from_json(raw, kvmod.CLUSTER)
             if (reason := store.get(kvmod.STOP)) is not None:
                 flag.set(f"stopped by the driver: {reason}")
             if flag.check():
@@ -290,8 +289,8 @@ class Launcher:
         if unfit:
             for task in self.args.tasks:
                 say(unfit, task)
-                self.publish(task, "-:0", None, {"code": 1, "stopped": False, "cause": PERMANENT,
-                                                 "explained": True, "reason": unfit})
+                self.publish(task, "-:0", None,
+                             TaskEnd(1, unfit, cause=PERMANENT, explained=True))
             return
         slots = []
         for j, task in enumerate(self.args.tasks):
@@ -308,9 +307,10 @@ class Launcher:
         if cluster is None:
             for slot in slots:
                 self.publish(slot.task, slot.addr, slot.rank,
-                             {"code": None, "stopped": True, "reason": self.flag.reason})
+                             TaskEnd(None, self.flag.reason or "", stopped=True))
             return
-        ranks = json.loads(self.store.get(kvmod.RANKS) or "null")
+        raw = self.store.get(kvmod.RANKS)
+        ranks = None if raw is None else RankTable.from_json(raw, kvmod.RANKS)
         devices = self.devices()
         for slot in slots:
             self.start(slot, self.env_for(slot, cluster, ranks, devices))
@@ -349,17 +349,17 @@ class Launcher:
             return container_devices(gpus, os.environ)
         return [] if self.args.gpus == "none" else self.args.gpus.split(",")
 
-    def env_for(self, slot: Slot, cluster: dict, ranks: dict | None,
-                 devices: list[str]) -> dict[str, str]:
+    def env_for(self, slot: Slot, cluster: Cluster, ranks: RankTable | None,
+                devices: list[str]) -> dict[str, str]:
         job, job_id = self.args.job, self.settings.job_id or "unknown"
         env = dict(job.env)
         if ranks is None:
-            env.update(tf_env(cluster, slot.task, job_id))
+            env.update(tf_env(cluster.roles, slot.task, job_id))
         else:
-            rank = Rank(**ranks["ranks"][str(slot.task)])
+            rank = ranks.ranks[str(slot.task)]
             slot.rank = rank.rank
             env.update(identity_env(slot.task, job_id, rank.size))
-            env.update(allreduce_env(rank, ranks["master"], ranks["rendezvous"]))
+            env.update(allreduce_env(rank, ranks.master, ranks.rendezvous))
             vcores = job.container_of(slot.task).resources.vcores
             env.update(thread_env(vcores, len(self.args.tasks), {**os.environ, **env}))
         env.update(run_env(self.args.attempt, checkpoint_dir(
@@ -411,8 +411,7 @@ class Launcher:
             argv = shell_argv(a.job.command)
         slot.child = proc.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 parent_death=signal.SIGKILL)
-        self.store.put(kvmod.start_key(slot.task), json.dumps({"pid": slot.child.pid,
-                                                               "time": time.time()}))
+        self.store.put(kvmod.start_key(slot.task), Started(slot.child.pid, time.time()).to_json())
         prefix = f"[{slot.task}] ".encode() if len(a.tasks) > 1 else b""
         assert slot.child.stdout is not None and slot.child.stderr is not None
         slot.pumps = (proc.LinePump(slot.child.stdout, getattr(sys.stdout, "buffer", None),
@@ -424,39 +423,37 @@ class Launcher:
         for pump in slot.pumps:
             pump.join(timeout=2.0)
         tail = list(stderr_excerpt(list(slot.pumps[1].tail))) if slot.pumps else []
-        record = {"code": code, "stopped": self.flag.reason is not None,
-                  "reason": self.flag.reason, "tail": tail}
+        record = TaskEnd(code, self.flag.reason or "", stopped=self.flag.reason is not None,
+                         tail=tuple(tail))
         if code and slot.pumps and slot.pumps[1].noticed and self.login is None:
-            record.update(token_end(code))
+            record = token_end(record)
         if slot.container:  # the daemon's child, not ours: removed here, whatever ended it
             if code and docker.oom_killed(slot.container):
                 res = self.args.job.container_of(slot.task).resources
                 flag = "-pm" if slot.task.type == "ps" else "-wm"
-                record.update(memory_end(code, flag, res.memory_mb,
-                                         res.memory_mb // len(self.args.tasks)))
+                record = memory_end(record, flag, res.memory_mb,
+                                    res.memory_mb // len(self.args.tasks))
             proc.remove_containers(f"name=^{slot.container}$")
         self.publish(slot.task, slot.addr, slot.rank, record)
 
-    def publish(self, task: Task, addr: str, rank: int | None, record: dict) -> None:
+    def publish(self, task: Task, addr: str, rank: int | None, record: TaskEnd) -> None:
         """The task's exit record, once: the driver's input, sent as soon as it is known."""
-        full = {"host": addr.rsplit(":", 1)[0], "addr": addr, "tail": [], **record,
-                "time": time.time()}
-        if rank is not None:
-            full["rank"] = rank
+        full = replace(record, host=addr.rsplit(":", 1)[0], addr=addr, rank=rank,
+                       time=time.time())
         try:
-            self.store.put(kvmod.exit_key(task), json.dumps(full))
+            self.store.put(kvmod.exit_key(task), full.to_json())
         except (StoreGone, OSError) as exc:
             say(f"could not report the exit ({exc}); the driver will see it as lost", task)
         self.reported.add(task)
-        say(f"exit code {full['code']}" + (" (stopped)" if full["stopped"] else ""), task)
+        say(f"exit code {full.code}" + (" (stopped)" if full.stopped else ""), task)
 
     def report_error(self, exc: BaseException) -> None:
         """A broken launcher still tells the driver why, for every task not yet reported."""
         for task in self.args.tasks:
             if task not in self.reported:
                 say(f"launcher error: {exc!r}", task)
-                self.publish(task, "-:0", None, {"code": 1, "stopped": False,
-                                                 "tail": [f"tfyarn launcher error: {exc!r}"]})
+                self.publish(task, "-:0", None,
+                             TaskEnd(1, tail=(f"tfyarn launcher error: {exc!r}",)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

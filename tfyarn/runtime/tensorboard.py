@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -25,6 +24,7 @@ from collections.abc import Sequence
 
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.records import TensorBoard
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.timing import TENSORBOARD_POLL_S, TENSORBOARD_START_S, WAKE_S
@@ -40,16 +40,6 @@ MISSING_HINT = ("install tensorboard into the job's environment (pip install ten
 
 
 
-def announce(raw: str | None) -> str | None:
-    """The line el_submit prints once the side task published its URL or its failure."""
-    if raw is None:
-        return None
-    info = json.loads(raw)
-    if info.get("url"):
-        return f"TensorBoard: {info['url']}"
-    return f"TensorBoard did not start (the job goes on): {info.get('error')}"
-
-
 def answers(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
@@ -59,19 +49,19 @@ def answers(url: str) -> bool:
 
 
 def wait_until_up(url: str, child: subprocess.Popen, pump: proc.LinePump,
-                  flag: StopFlag) -> dict:
-    """{"url": url} once it answers, else {"error": why} (it exited, or took too long)."""
+                  flag: StopFlag) -> TensorBoard:
+    """Its URL once it answers, else why not (it exited, or took too long)."""
     deadline = time.monotonic() + TENSORBOARD_START_S
     while time.monotonic() < deadline and not flag.check():
         if child.poll() is not None:
             pump.join(timeout=2.0)
             tail = " | ".join(list(pump.tail)[-3:])
             hint = f"; {MISSING_HINT}" if "No module named" in tail else ""
-            return {"error": f"exit code {child.returncode}: {tail}{hint}"}
+            return TensorBoard(error=f"exit code {child.returncode}: {tail}{hint}")
         if answers(url):
-            return {"url": url}
+            return TensorBoard(url=url)
         time.sleep(TENSORBOARD_POLL_S)
-    return {"error": f"no answer from {url} within {TENSORBOARD_START_S:g} s"}
+    return TensorBoard(error=f"no answer from {url} within {TENSORBOARD_START_S:g} s")
 
 
 def wait_for_job_end(store: kvmod.KV, flag: StopFlag, linger_s: float) -> None:
@@ -107,9 +97,9 @@ def run(spec: JobSpec, store: kvmod.KV, python: str, settings: Settings, flag: S
     assert child.stdout is not None
     pump = proc.LinePump(child.stdout, getattr(sys.stderr, "buffer", None))
     info = wait_until_up(f"http://{host}:{port}/", child, pump, flag)
-    store.put(kvmod.TENSORBOARD, json.dumps(info))
-    say(announce(json.dumps(info)) or "", "tensorboard")
-    if "url" in info:
+    store.put(kvmod.TENSORBOARD, info.to_json())
+    say(info.announce(), "tensorboard")
+    if info.url:
         wait_for_job_end(store, flag, spec.tensorboard_linger_s)
     proc.stop_tree(spec.stop_grace_s, keep, tracked={child.pid})
     proc.reap(keep)

@@ -1,0 +1,255 @@
+"""The typed records that cross the job's store, and their one JSON codec.
+
+Owns every structured value the driver, the launchers, the side tasks and the clients
+put in the store (a task's start and end, the cluster spec, the rank table, the gang
+wanted, an attempt's summary, TensorBoard's word, the final outcome): frozen dataclasses
+whose `to_json`/`from_json` are the only code that writes or reads that JSON. A record
+carries the store's format number, so a launcher and a driver (or a gateway) of
+different tfyarn versions fail loudly, naming what to do, instead of misreading each
+other; a field unknown or missing is named too. Must not do I/O (core: stdlib only).
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import json
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from tfyarn.core.errors import EnvironmentMissing
+
+FORMAT = 1  # bump when a record's fields change: older readers then refuse, by name
+FORMAT_KEY = "format"
+
+R = TypeVar("R", bound="Record")
+
+
+class RecordError(EnvironmentMissing):
+    """A value in the job's store that this tfyarn cannot read: another tfyarn version
+    wrote it, or something that is not tfyarn."""
+
+
+class Record:
+    """Base of the store's records: JSON out with the format number, JSON in checked."""
+
+    def to_json(self) -> str:
+        assert dataclasses.is_dataclass(self)
+        return json.dumps({FORMAT_KEY: FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls: type[R], text: str, where: str = "") -> R:
+        """The record in `text`; `where` (a store key) names it in errors."""
+        where = where or cls.__name__
+        try:
+            d = json.loads(text)
+        except ValueError as exc:
+            raise RecordError(f"{where}: not a tfyarn record ({exc}): {text[:80]!r}") from None
+        if not isinstance(d, dict):
+            raise RecordError(f"{where}: not a tfyarn record: {text[:80]!r}")
+        fmt = d.pop(FORMAT_KEY, None)
+        if fmt != FORMAT:
+            raise RecordError(
+                f"{where} was written in tfyarn's store format {fmt}, and this tfyarn reads "
+                f"format {FORMAT}: the gateway and the job's environment run different "
+                "tfyarn versions; install the same tfyarn in both (or ship the gateway's "
+                "with -m virtual-env)")
+        return _fields(cls, d, where)
+
+
+def _fields(cls: type[R], d: Mapping[str, Any], where: str) -> R:
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(d) - set(names))
+    missing = [n for n in names if n not in d]
+    if unknown or missing:
+        raise RecordError(
+            f"{where}: a {cls.__name__} record with "
+            + "; ".join(x for x in (f"unknown fields {', '.join(unknown)}" if unknown else "",
+                                    f"missing fields {', '.join(missing)}" if missing else "")
+                        if x)
+            + ": the gateway and the job's environment run different tfyarn versions")
+    return cls(**{n: _value(hints[n], d[n], f"{where}.{n}") for n in names})
+
+
+def _value(tp: Any, v: Any, where: str) -> Any:
+    """`v` (from JSON) as type `tp`, or a RecordError naming the field."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if v is None and type(None) in args:
+            return None
+        return _value(next(a for a in args if a is not type(None)), v, where)
+    if origin is tuple:
+        return tuple(_value(args[0], x, where) for x in _typed(v, list, where))
+    if origin in (dict, collections.abc.Mapping):
+        return {k: _value(args[1], x, f"{where}.{k}") for k, x in _typed(v, dict, where).items()}
+    if dataclasses.is_dataclass(tp):
+        return _fields(tp, _typed(v, dict, where), where)  # type: ignore[arg-type]
+    if tp is float and isinstance(v, int) and not isinstance(v, bool):
+        return float(v)
+    if tp is int and isinstance(v, bool):
+        raise RecordError(f"{where}: expected int, found {v!r}")
+    return _typed(v, tp, where)
+
+
+def _typed(v: Any, tp: type, where: str) -> Any:
+    if not isinstance(v, tp):
+        raise RecordError(f"{where}: expected {tp.__name__}, found {v!r}")
+    return v
+
+
+# ---------------------------------------------------------------- what tasks report
+
+
+@dataclass(frozen=True)
+class TaskEnd(Record):
+    """How one task ended: its launcher's exit record (`exit/<t>`), a lost launcher's
+    (`lost/<t>`, written by whoever saw it die or go silent), or YARN's word on the
+    container it ended. `explained`: `reason` says it all (a docker memory kill, a node
+    that cannot run the task, an expired token); `cause`: retryable or permanent where
+    known better than the exit code says; `yarn`: YARN's exit message; `taken`: YARN took
+    the container back (preempted, lost node, disks)."""
+
+    code: int | None
+    reason: str = ""
+    stopped: bool = False
+    lost: bool = False
+    explained: bool = False
+    cause: str = ""
+    yarn: str = ""
+    taken: bool = False
+    tail: tuple[str, ...] = ()
+    time: float = 0.0
+    host: str = ""
+    addr: str = ""
+    rank: int | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.code != 0 or self.stopped or self.lost
+
+
+NEVER_REPORTED = TaskEnd(None, "never reported")
+
+
+@dataclass(frozen=True)
+class Started(Record):
+    """`started/<t>`: the task's user process runs (its pid, on its host's clock)."""
+
+    pid: int
+    time: float
+
+
+@dataclass(frozen=True)
+class Cluster(Record):
+    """`cluster`: every task's address by role, in index order (TF_CONFIG's cluster)."""
+
+    roles: Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class Rank:
+    """A process's place in an allreduce job, as Horovod and torch.distributed count it."""
+
+    rank: int
+    size: int
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+    host: str
+
+
+@dataclass(frozen=True)
+class RankTable(Record):
+    """`ranks` (allreduce jobs): each task's rank, torch's master address (rank 0's
+    reserved port) and Horovod's gloo rendezvous (tensorflow-mpi only)."""
+
+    ranks: Mapping[str, Rank]
+    master: str
+    rendezvous: str | None = None
+
+
+@dataclass(frozen=True)
+class JobTasks(Record):
+    """`tasks`: every task of the job, put by the driver first."""
+
+    tasks: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TensorBoard(Record):
+    """`tensorboard`: the side task's URL once it answers, or why it did not start."""
+
+    url: str | None = None
+    error: str | None = None
+
+    def announce(self) -> str:
+        """The line el_submit prints about it."""
+        if self.url:
+            return f"TensorBoard: {self.url}"
+        return f"TensorBoard did not start (the job goes on): {self.error}"
+
+
+# ---------------------------------------------------------------- attempts and outcome
+
+
+@dataclass(frozen=True)
+class Attempt(Record):
+    """How one earlier attempt ended (a restart followed): its 0-based number, state,
+    message, the deciding task and cause, and each task's end."""
+
+    attempt: int
+    state: str
+    message: str
+    task: str | None = None
+    cause: str | None = None
+    tasks: Mapping[str, TaskEnd] = field(default_factory=dict)
+
+    def words(self) -> str:
+        """`attempt 1: FAILED: worker:0 exited with code 1`."""
+        return f"attempt {self.attempt + 1}: {self.state}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Wanted(Record):
+    """`attempts`: the gang the driver last started, its attempt (0 before any restart;
+    locally the gang's number), and how each earlier attempt ended."""
+
+    attempt: int = 0
+    gang: int = 0
+    earlier: tuple[Attempt, ...] = ()
+
+
+@dataclass(frozen=True)
+class Outcome(Record):
+    """How a job (or one attempt of it) ended and why (`status`, once final): `task`,
+    `code`, `tail` name the task that decided it, `cause` whether that failure may be
+    retried (None: no task failure decided it), `tasks` each task's end, `attempts` the
+    earlier attempts (restarts)."""
+
+    state: str
+    message: str
+    task: str | None = None
+    code: int | None = None
+    tail: tuple[str, ...] = ()
+    tasks: Mapping[str, TaskEnd] = field(default_factory=dict)
+    cause: str | None = None
+    attempt: int = 0
+    attempts: tuple[Attempt, ...] = ()
+
+    def describe(self, job: str, state: str | None = None) -> list[str]:
+        """`JOB STATE: message`, then the deciding task's stderr excerpt."""
+        lines = [f"{job} {state or self.state}: {self.message}"]
+        if self.tail:
+            lines.append(f"last stderr lines of {self.task}:")
+            lines += [f"  {line}" for line in self.tail]
+        return lines
+
+    def summary(self) -> Attempt:
+        """This attempt as an earlier one, once a restart follows it."""
+        return Attempt(self.attempt, self.state, self.message, self.task, self.cause,
+                       self.tasks)

@@ -1,0 +1,120 @@
+"""Where the driver runs: what differs between local mode and YARN, in one place.
+
+Owns the driver's backend, chosen once where the driver starts (`open_site`, from its
+store URL): the job's store, where gangs of launchers come from (`gang`), where the job
+page links each task's log, how the page's URL is published (YARN: skein's web UI,
+proxied by the ResourceManager), how long the application stays up for TensorBoard
+after the verdict, and how the job's end is handed over (YARN: the ApplicationMaster's
+final status and diagnostics; locally the client reads the status key). Must not decide
+the job's course (that is `driver` and `core.policy`); nothing outside this module asks
+which backend it runs on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tfyarn.core.errors import StoreGone
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.policy import attempt_tables
+from tfyarn.core.records import Outcome
+from tfyarn.core.say import say
+from tfyarn.core.tfconfig import Task
+from tfyarn.core.timing import TENSORBOARD_DONE_SLACK_S
+from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol.skeinlink import App
+from tfyarn.runtime import gang as gangmod
+
+LogLinks = Callable[[Task], "str | None"]
+
+
+@dataclass
+class Site:
+    """Local mode: the client owns every process, serves the logs, reads the status."""
+
+    store: kvmod.KV
+
+    def gang(self, spec: JobSpec) -> gangmod.Gang:
+        return gangmod.Gang(self.store)
+
+    def log_links(self, spec: JobSpec) -> LogLinks:
+        """Each task's log as the job page links it (locally: the page serves the files)."""
+        return lambda task: f"logs/{spec.container_of(task).name}"
+
+    def page_url(self, url: str) -> str:
+        """The URL the job page is published under."""
+        return url
+
+    def tensorboard_linger_s(self, spec: JobSpec) -> float:
+        """How long the driver stays up for TensorBoard after the verdict (locally the
+        client keeps the side task up itself)."""
+        return 0.0
+
+    def finish(self, spec: JobSpec, outcome: Outcome) -> None:
+        """Hand the job's end over, once its status is in the store."""
+
+
+@dataclass
+class YarnSite(Site):
+    """YARN: skein's ApplicationMaster holds the store, starts containers, ends the app."""
+
+    app: App
+
+    def gang(self, spec: JobSpec) -> gangmod.Gang:
+        return gangmod.SkeinGang(self.store, self.app, spec)
+
+    def log_links(self, spec: JobSpec) -> LogLinks:
+        """Each task's container log URL on its NodeManager (the newest container of its
+        service: after a restart, the current attempt's)."""
+        newest: dict[str, Any] = {}
+        for c in self.app.containers(states=gangmod.STATES):
+            if c.service_name not in newest or c.instance > newest[c.service_name].instance:
+                newest[c.service_name] = c
+
+        def link(task: Task) -> str | None:
+            c = newest.get(spec.container_of(task).name)
+            url = c.yarn_container_logs if c is not None else None
+            return url if not url or "://" in url else f"http://{url}"
+        return link
+
+    def page_url(self, url: str) -> str:
+        return self.app.add_page("tfyarn", url, link_name="tfyarn job")
+
+    def tensorboard_linger_s(self, spec: JobSpec) -> float:
+        """--tensorboard-linger keeps the application (so the TensorBoard container) up."""
+        return spec.tensorboard_linger_s if spec.tensorboard_dir else 0.0
+
+    def finish(self, spec: JobSpec, outcome: Outcome) -> None:
+        """Linger for TensorBoard when asked, then give the AM the final status and a
+        diagnostics text naming the task, its stderr and every task's end."""
+        self.linger_for_tensorboard(spec)
+        diagnostics = outcome.message
+        if outcome.tail:
+            diagnostics += f"\nlast stderr lines of {outcome.task}:\n" + "\n".join(outcome.tail)
+        diagnostics += "\ntasks:\n" + "\n".join(attempt_tables(outcome))
+        try:
+            self.app.shutdown(outcome.state, diagnostics)
+        except StoreGone as exc:  # the master script's exit code still carries the status
+            say(f"could not set the final status through skein: {exc!r}", "driver")
+
+    def linger_for_tensorboard(self, spec: JobSpec) -> None:
+        """Until the side task says it is done: after the linger, or sooner when killed;
+        not at all when TensorBoard never answered."""
+        linger = self.tensorboard_linger_s(spec)
+        if not linger or self.store.get(kvmod.TENSORBOARD) is None:
+            return
+        say(f"keeping the application for TensorBoard ({linger / 60:g} min)", "driver")
+        with contextlib.suppress(StoreGone):
+            self.store.wait(kvmod.TENSORBOARD_DONE, timeout=linger + TENSORBOARD_DONE_SLACK_S)
+
+
+def open_site(url: str) -> Site:
+    """`dir:/path` (local mode) or `skein:` (inside the ApplicationMaster)."""
+    scheme, _, _ = url.partition(":")
+    if scheme == "skein":
+        app = App.current()
+        return YarnSite(kvmod.SkeinKV(app), app)
+    return Site(kvmod.open_kv(url, ringer=True, watcher=True))  # launchers wait on its bell
