@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
 
 from tfyarn.core import tfconfig, timing
 from tfyarn.core.errors import SpecError
@@ -141,47 +141,109 @@ def parse_files(value: str | None, cwd: str) -> tuple[ShippedFile, ...]:
 # ---------------------------------------------------------------- el_submit flags -> JobSpec
 
 
+def _flag(flag: str, metavar: str, text: str, default: Any = None) -> Any:
+    """A field of ElSubmitArgs and its command-line option, declared together."""
+    return field(default=default, metadata={"flag": flag, "metavar": metavar, "help": text})
+
+
 @dataclass(frozen=True)
 class ElSubmitArgs:
-    """The raw el_submit flag values (strings as typed), before any interpretation."""
+    """The raw el_submit flag values (strings as typed), before any interpretation: the
+    one table of the submit options. Each field names its flag, metavar and help, and
+    the command line's options are made from it (`OPTIONS`); single-dash flags are
+    el_submit's own, double-dash ones tfyarn's extensions (they never collide)."""
 
-    app_type: str | None = None
-    app_name: str | None = None
-    mode: str | None = None
-    mode_arg: str | None = None
-    interact: str | None = None
-    exit_ps: str | None = None
-    enable_tensorboard: str | None = None
-    log_tensorboard: str | None = None
-    conf: str | None = None
-    files: str | None = None
-    ps_num: str | None = None
-    ps_cores: str | None = None
-    ps_memory: str | None = None
-    worker_num: str | None = None
-    worker_cores: str | None = None
-    worker_gpus: str | None = None
-    worker_memory: str | None = None
-    workers_per_gpu: str | None = None
-    procs_per_node: str | None = None
-    wait_time: str | None = None
-    command: tuple[str, ...] = ()
-    env: tuple[str, ...] = ()
-    data: tuple[str, ...] = ()
-    timeout: str | None = None
-    queue: str | None = None
-    python: str | None = None
-    node_label: str | None = None
-    am_memory: str | None = None
-    am_vcores: str | None = None
-    heartbeat_timeout: str | None = None
-    max_restarts: str | None = None
-    restart_on: str | None = None
-    gang_patience: str | None = None
-    checkpoint_dir: str | None = None
-    tensorboard_linger: str | None = None
-    tags: tuple[str, ...] = ()
-    force: bool = False
+    app_type: str | None = _flag("-t", "TYPE", "tensorflow-ps | tensorflow-worker | "
+                                 "tensorflow-mpi | standalone | pytorch (default tensorflow-ps)")
+    app_name: str | None = _flag("-a", "NAME", "application name (default tfyarn)")
+    mode: str | None = _flag("-m", "MODE", "local | virtual-env (virtualenv) | docker "
+                             "(default local)")
+    mode_arg: str | None = _flag("-m_arg", "ARG", "virtual-env: packed env .tar.gz (local path "
+                                 "or hdfs://); docker: image")
+    interact: str | None = _flag("-interact", "BOOL", "YARN: follow every task's output live "
+                                 "on stderr, [task]-prefixed, until the job ends (default False)")
+    exit_ps: str | None = _flag("-x", "BOOL", "tensorflow-ps: stop ps and workers once the "
+                                "chief exits 0 (default False)")
+    enable_tensorboard: str | None = _flag("-enable_tensorboard", "BOOL", "run TensorBoard "
+                                           "beside the job (default False; needs "
+                                           "-log_tensorboard)")
+    log_tensorboard: str | None = _flag("-log_tensorboard", "PATH", "TensorBoard's log dir "
+                                        "(local or hdfs://); every task gets it as "
+                                        "TFYARN_TENSORBOARD_DIR")
+    conf: str | None = _flag("-conf", "DIR", "Hadoop configuration dir (sets HADOOP_CONF_DIR)")
+    files: str | None = _flag("-f", "PATHS", "comma list of files/dirs shipped to every task's "
+                              "working dir; -f ./ ships the current dir's contents")
+    ps_num: str | None = _flag("-pn", "N", "number of ps (tensorflow-ps; default 1)")
+    ps_cores: str | None = _flag("-pc", "N", "vcores per ps (default 1)")
+    ps_memory: str | None = _flag("-pm", "MB", "memory per ps in MB, or 2g / 512m "
+                                  "(default 1024)")
+    worker_num: str | None = _flag("-wn", "N", "number of workers; tensorflow-ps makes worker 0 "
+                                   "the chief (default 1)")
+    worker_cores: str | None = _flag("-wc", "N", "vcores per worker (default 1)")
+    worker_gpus: str | None = _flag("-wg", "N", "GPUs per worker (default 0)")
+    worker_memory: str | None = _flag("-wm", "MB", "memory per worker in MB, or 2g / 512m "
+                                      "(default 1024)")
+    workers_per_gpu: str | None = _flag("-wnpg", "N", "tensorflow-ps/-worker: workers per "
+                                        "container, sharing its GPU")
+    procs_per_node: str | None = _flag("-ppn", "N", "tensorflow-mpi/pytorch: ranks per "
+                                       "container (world size = wn x ppn)")
+    wait_time: str | None = _flag("-wait_time", "MIN", "minutes to wait for every task to "
+                                  "start (default 10)")
+    timeout: str | None = _flag("--timeout", "SECONDS", "fail and stop the whole job after "
+                                "this long")
+    queue: str | None = _flag("--queue", "QUEUE", "YARN queue")
+    python: str | None = _flag("--python", "PYTHON", "-m local on YARN: the nodes' interpreter "
+                               "(default python3)")
+    node_label: str | None = _flag("--node-label", "LABEL", "YARN node label expression for "
+                                   "the tasks")
+    am_memory: str | None = _flag("--am-memory", "MB", "ApplicationMaster memory (default 1024)")
+    am_vcores: str | None = _flag("--am-vcores", "N", "ApplicationMaster vcores (default 1)")
+    principal: str | None = _flag("--principal", "USER@REALM", "Kerberos principal (with "
+                                  "--keytab)")
+    keytab: str | None = _flag("--keytab", "FILE", "Kerberos keytab (with --principal)")
+    heartbeat_timeout: str | None = _flag("--heartbeat-timeout", "SECONDS", "fail the job when "
+                                          "a task's launcher is silent this long (default 30)")
+    max_restarts: str | None = _flag("--max-restarts", "N", "after a task failure, restart "
+                                     "every task in the same application up to N times "
+                                     "(default 0)")
+    restart_on: str | None = _flag("--restart-on", "WHICH", "retryable (signals, preemption, "
+                                   "lost nodes or launchers, exit codes 128-255; default) | "
+                                   "any (every task failure)")
+    gang_patience: str | None = _flag("--gang-patience", "SECONDS", "YARN: a job given only "
+                                      "part of its containers for this long gives them back, "
+                                      "waits and asks again, so two jobs never hold each "
+                                      "other's share (default 60)")
+    tensorboard_linger: str | None = _flag("--tensorboard-linger", "MIN", "keep TensorBoard up "
+                                           "this many minutes after the job ends (default 0)")
+    checkpoint_dir: str | None = _flag("--checkpoint-dir", "DIR", "TFYARN_CHECKPOINT_DIR for "
+                                       "every task (default: the job dir locally, "
+                                       "hdfs:///user/$USER/.tfyarn/checkpoints/APP_ID on YARN)")
+    command: tuple[str, ...] = ()  # -c: the rest of the line (see main.split_command)
+    data: tuple[str, ...] = _flag("--data", "PATH", "a committed dataset "
+                                  "(tfyarn.data.spark.write) every task reads (repeatable): "
+                                  "checked before submitting, given to tasks as TFYARN_DATA",
+                                  ())
+    env: tuple[str, ...] = _flag("--env", "KEY=VALUE", "environment variable for every task "
+                                 "(repeatable)", ())
+    tags: tuple[str, ...] = _flag("--tag", "TAG", "YARN application tag", ())
+    force: bool = _flag("--force", "", "ship -f files even if over 1 GB", False)
+
+
+class Option(NamedTuple):
+    """One submit option as the command line declares it (from ElSubmitArgs)."""
+
+    flag: str
+    field: str
+    metavar: str
+    help: str
+    multiple: bool  # repeatable: the field is a tuple
+    is_flag: bool  # takes no value: the field is a bool
+
+
+OPTIONS: tuple[Option, ...] = tuple(
+    Option(f.metadata["flag"], f.name, f.metadata["metavar"], f.metadata["help"],
+           isinstance(f.default, tuple), isinstance(f.default, bool))
+    for f in fields(ElSubmitArgs) if "flag" in f.metadata)
 
 
 DEFAULTS = {"ps_memory": 1024, "worker_memory": 1024, "cores": 1,

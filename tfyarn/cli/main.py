@@ -17,69 +17,13 @@ from typing import Any, NoReturn
 import click
 
 from tfyarn import __version__
+from tfyarn.cli.elsubmit import OPTIONS
 from tfyarn.client.interrupts import Interrupted, Interrupts
 from tfyarn.core.errors import EXIT_BAD_INPUT, SpecError, TfYarnError
 
-# (flag, field of ElSubmitArgs, metavar, help) — el_submit's own single-dash options.
-EL_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
-    ("-t", "app_type", "TYPE", "tensorflow-ps | tensorflow-worker | tensorflow-mpi | standalone "
-     "| pytorch (default tensorflow-ps)"),
-    ("-a", "app_name", "NAME", "application name (default tfyarn)"),
-    ("-m", "mode", "MODE", "local | virtual-env (virtualenv) | docker (default local)"),
-    ("-m_arg", "mode_arg", "ARG", "virtual-env: packed env .tar.gz (local path or hdfs://); "
-     "docker: image"),
-    ("-interact", "interact", "BOOL", "YARN: follow every task's output live on stderr, "
-     "[task]-prefixed, until the job ends (default False)"),
-    ("-x", "exit_ps", "BOOL", "tensorflow-ps: stop ps and workers once the chief exits 0 "
-     "(default False)"),
-    ("-enable_tensorboard", "enable_tensorboard", "BOOL", "run TensorBoard beside the job "
-     "(default False; needs -log_tensorboard)"),
-    ("-log_tensorboard", "log_tensorboard", "PATH", "TensorBoard's log dir (local or hdfs://); "
-     "every task gets it as TFYARN_TENSORBOARD_DIR"),
-    ("-conf", "conf", "DIR", "Hadoop configuration dir (sets HADOOP_CONF_DIR)"),
-    ("-f", "files", "PATHS", "comma list of files/dirs shipped to every task's working dir; "
-     "-f ./ ships the current dir's contents"),
-    ("-pn", "ps_num", "N", "number of ps (tensorflow-ps; default 1)"),
-    ("-pc", "ps_cores", "N", "vcores per ps (default 1)"),
-    ("-pm", "ps_memory", "MB", "memory per ps in MB, or 2g / 512m (default 1024)"),
-    ("-wn", "worker_num", "N", "number of workers; tensorflow-ps makes worker 0 the chief "
-     "(default 1)"),
-    ("-wc", "worker_cores", "N", "vcores per worker (default 1)"),
-    ("-wg", "worker_gpus", "N", "GPUs per worker (default 0)"),
-    ("-wm", "worker_memory", "MB", "memory per worker in MB, or 2g / 512m (default 1024)"),
-    ("-wnpg", "workers_per_gpu", "N", "tensorflow-ps/-worker: workers per container, sharing "
-     "its GPU"),
-    ("-ppn", "procs_per_node", "N", "tensorflow-mpi/pytorch: ranks per container (world size "
-     "= wn x ppn)"),
-    ("-wait_time", "wait_time", "MIN", "minutes to wait for every task to start (default 10)"),
-)
-# tfyarn's extensions: double-dash, so they never collide with el_submit's spelling.
-EXT_OPTIONS: tuple[tuple[str, str, str, str], ...] = (
-    ("--timeout", "timeout", "SECONDS", "fail and stop the whole job after this long"),
-    ("--queue", "queue", "QUEUE", "YARN queue"),
-    ("--python", "python", "PYTHON", "-m local on YARN: the nodes' interpreter (default python3)"),
-    ("--node-label", "node_label", "LABEL", "YARN node label expression for the tasks"),
-    ("--am-memory", "am_memory", "MB", "ApplicationMaster memory (default 1024)"),
-    ("--am-vcores", "am_vcores", "N", "ApplicationMaster vcores (default 1)"),
-    ("--principal", "principal", "USER@REALM", "Kerberos principal (with --keytab)"),
-    ("--keytab", "keytab", "FILE", "Kerberos keytab (with --principal)"),
-    ("--heartbeat-timeout", "heartbeat_timeout", "SECONDS", "fail the job when a task's launcher "
-     "is silent this long (default 30)"),
-    ("--max-restarts", "max_restarts", "N", "after a task failure, restart every task in the same "
-     "application up to N times (default 0)"),
-    ("--restart-on", "restart_on", "WHICH", "retryable (signals, preemption, lost nodes or "
-     "launchers, exit codes 128-255; default) | any (every task failure)"),
-    ("--gang-patience", "gang_patience", "SECONDS", "YARN: a job given only part of its "
-     "containers for this long gives them back, waits and asks again, so two jobs never "
-     "hold each other's share (default 60)"),
-    ("--tensorboard-linger", "tensorboard_linger", "MIN", "keep TensorBoard up this many minutes "
-     "after the job ends (default 0)"),
-    ("--checkpoint-dir", "checkpoint_dir", "DIR", "TFYARN_CHECKPOINT_DIR for every task (default: "
-     "the job dir locally, hdfs:///user/$USER/.tfyarn/checkpoints/APP_ID on YARN)"),
-)
 FLAGS = ("--local", "--dry-run", "--detach", "--force", "-h", "--help", "--version")
-VALUE_FLAGS = frozenset(f for f, *_ in EL_OPTIONS + EXT_OPTIONS) | {"--env", "--tag", "--job",
-                                                                   "--data"}
+assert "--force" in {o.flag for o in OPTIONS if o.is_flag}
+VALUE_FLAGS = frozenset(o.flag for o in OPTIONS if not o.is_flag) | {"--job"}
 KNOWN = VALUE_FLAGS | set(FLAGS) | {"-c"}
 TFYARN_ONLY = sorted(f for f in KNOWN if f.startswith("--") and f not in ("--help",))
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -118,37 +62,40 @@ def warn_options_in_command(command: Sequence[str] | None) -> None:
                    "not to el_submit; put el_submit's options before -c", err=True)
 
 
-def _options(fn: Callable) -> Callable:
-    for flag, dest, metavar, text in reversed(EL_OPTIONS + EXT_OPTIONS):
-        fn = click.option(flag, dest, metavar=metavar, help=text)(fn)
-    return fn
+def _options(multiple: bool = False, is_flag: bool = False) -> Callable[[Callable], Callable]:
+    """click's options for the table's value options (or its repeatable ones, or its
+    flags), in the table's order."""
+    def add(fn: Callable) -> Callable:
+        for o in reversed(OPTIONS):
+            if (o.multiple, o.is_flag) != (multiple, is_flag):
+                continue
+            kind = {"multiple": True} if o.multiple else {"is_flag": True} if o.is_flag else {}
+            fn = click.option(o.flag, o.field, metavar=o.metavar or None, help=o.help,
+                              **kind)(fn)
+        return fn
+    return add
 
 
 @click.command("submit", context_settings=CONTEXT, options_metavar="[OPTIONS] -c COMMAND...",
                epilog=(
     "Exit codes: 0 succeeded, 1 failed, 2 bad input, 3 killed, 130 interrupted. "
     "stdout carries only the job/application id; progress and task output go to stderr."))
-@_options
+@_options()
 @click.option("-c", "command_marker", metavar="COMMAND...",
               help="the command to run; takes the rest of the line verbatim, quoted or not")
-@click.option("--data", "data", multiple=True, metavar="PATH",
-              help="a committed dataset (tfyarn.data.spark.write) every task reads (repeatable): "
-              "checked before submitting, given to tasks as TFYARN_DATA")
-@click.option("--env", "env", multiple=True, metavar="KEY=VALUE",
-              help="environment variable for every task (repeatable)")
-@click.option("--tag", "tags", multiple=True, metavar="TAG", help="YARN application tag")
+@_options(multiple=True)
 @click.option("--local", "local", is_flag=True, help="run every task as a local process")
 @click.option("--dry-run", "dry_run", is_flag=True, help="print the resolved job as YAML, start "
               "nothing")
 @click.option("--detach", "detach", is_flag=True, help="YARN: return right after submission")
-@click.option("--force", "force", is_flag=True, help="ship -f files even if over 1 GB")
+@_options(is_flag=True)
 @click.option("--job", "job_option", metavar="FILE", help="a job file (what --dry-run prints); "
               "flags given beside it override it")
 @click.argument("job_file", required=False, metavar="[JOB.yaml]")
 @click.version_option(__version__, "--version", prog_name="tfyarn")
 @click.pass_context
-def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, principal: str | None,
-           keytab: str | None, command_marker: str | None, job_option: str | None,
+def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool,
+           command_marker: str | None, job_option: str | None,
            job_file: str | None, **raw: Any) -> int:
     """Submit a TensorFlow job to YARN (or run it locally with --local), el_submit style;
     or a job file that --dry-run wrote: `tfyarn submit job.yaml`."""
@@ -159,6 +106,7 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool, princip
     interrupts: Interrupts = ctx.obj["interrupts"]
     with edge():
         args, spec = _job(ctx.obj.get("command") or (), raw, job_option, job_file)
+        principal, keytab = args.principal, args.keytab
         _login_pair(principal, keytab)
         filesmod.inventory(spec.files, spec.yarn.max_upload_mb)
         data_env = _check_data(spec, settings, args.conf, principal, keytab)
