@@ -900,8 +900,8 @@ def test_a_failed_driver_start_is_one_error_and_no_noise(tmp_path, capfd):
     unraisable hook left alone."""
     import gc
 
+    from tfyarn.client.skeinclient import Yarn
     from tfyarn.core.errors import TfYarnError
-    from tfyarn.protocol.skeinlink import Yarn
 
     hook = sys.unraisablehook
     with pytest.raises(TfYarnError, match="skein"):

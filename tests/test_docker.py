@@ -20,7 +20,8 @@ from test_faults import launcher_pid, running, start, wait_for
 
 from tfyarn.core.policy import decide
 from tfyarn.core.tfconfig import Task
-from tfyarn.runtime import docker, proc
+from tfyarn.runtime import docker
+from tfyarn.system import tree
 
 
 @pytest.fixture(scope="session")
@@ -94,15 +95,16 @@ def test_yarns_runtime_is_told_by_the_nodemanager_among_the_ancestors():
     nm = (7, f"java -Dproc_nodemanager {docker.NODEMANAGER_CLASS}")
     assert not docker.started_in_image([(9, "bash launch_container.sh"), nm])
     assert docker.started_in_image([(9, "bash launch_container.sh"), (1, "/sbin/docker-init")])
-    assert docker.started_in_image(proc.ancestors())  # no NodeManager above this test
+    assert docker.started_in_image(tree.ancestors())  # no NodeManager above this test
 
 
 def test_a_docker_memory_kill_is_told_and_permanent():
     from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
     from tfyarn.core.policy import memory_end
+    from tfyarn.core.records import TaskEnd
 
     spec = from_el_submit(ElSubmitArgs(command=("true",), app_type="standalone"), ".")
-    rec = {"time": 1.0, **memory_end(137, "-wm", 1024, 1024)}
+    rec = memory_end(TaskEnd(137, time=1.0), "-wm", 1024, 1024)
     out = decide(spec, {Task("worker", 0): rec})
     assert out is not None and out.cause == "permanent"
     assert out.message == ("worker:0: container killed for exceeding its memory: raise -wm "

@@ -3,7 +3,7 @@
 A stand-in ApplicationMaster serves skein's own gRPC service (skein's generated stubs) over
 TLS with skein's own credentials; a fresh interpreter opens tfyarn's skein store against it
 (the launcher's path: `kv.open_kv("skein:")`), keeps puts and gets going in threads, and
-starts hundreds of children through `proc.start(..., parent_death=SIGKILL)`, the launcher's
+starts hundreds of children through `spawn.start(..., parent_death=SIGKILL)`, the launcher's
 one way of starting a task. With the old preexec_fn, gRPC's fork handlers ran in the forked
 child and aborted some of them (SIGABRT) on grpcio 1.80-1.85: here every child must exit 0.
 """
@@ -25,7 +25,7 @@ CONTROL_FORKS = 5000  # the old way aborts 1-4 % of children here; stops at the 
 SOAK = r"""
 import json, os, signal, sys, threading
 from tfyarn.protocol import kv
-from tfyarn.runtime import proc
+from tfyarn.system import spawn
 
 store = kv.open_kv("skein:")          # what the launcher does in its container
 store.put("soak/first", "1")
@@ -41,7 +41,7 @@ for _ in range(int(sys.argv[2])):
 codes = {}
 until_abort = sys.argv[3] == "until-abort"
 for _ in range(int(sys.argv[1])):
-    child = proc.start(["true"], dict(os.environ), parent_death=signal.SIGKILL)
+    child = spawn.start(["true"], dict(os.environ), parent_death=signal.SIGKILL)
     rc = child.wait(timeout=60)
     codes[rc] = codes.get(rc, 0) + 1
     if until_abort and rc == -signal.SIGABRT:
@@ -110,14 +110,14 @@ def test_hundreds_of_tasks_started_under_live_grpc_channels_all_run(stand_in_am,
 OLD_LAUNCHER = r"""
 import ctypes, subprocess
 from tfyarn.protocol import skeinlink as _skeinlink
-from tfyarn.runtime import proc as _proc
+from tfyarn.system import spawn as _spawn
 _skeinlink.without_grpc_fork_support = lambda: None
 def _old_start(argv, env, *, parent_death=None, **_kw):
     def death_signal():
         ctypes.CDLL(None).prctl(1, int(parent_death), 0, 0, 0)
     return subprocess.Popen(list(argv), env=dict(env), stdin=subprocess.DEVNULL,
                             preexec_fn=death_signal)
-_proc.start = _old_start
+_spawn.start = _old_start
 """
 
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from tfyarn.client import kerberos
+from tfyarn.client.skeinclient import login_refused
 from tfyarn.core.errors import SpecError
 from tfyarn.core.settings import Settings
 from tfyarn.hdfs import siteconf
-from tfyarn.protocol.skeinlink import login_refused
 
 KRB = Path(__file__).parent / "fixtures" / "kerberos"
 

@@ -28,7 +28,9 @@ def test_the_contracts_hold():
 @pytest.mark.parametrize(("module", "line", "broken"), [
     ("core/policy.py", "import yaml", "core imports the standard library only"),
     ("core/jobspec.py", "from tfyarn.client import yarn", "layers:"),
-    ("runtime/driver.py", "import skein", "skein is wrapped in one module"),
+    ("runtime/driver.py", "import skein", "skein is wrapped in two modules"),
+    ("client/local.py", "import grpc", "skein is wrapped in two modules"),
+    ("system/tree.py", "from tfyarn.protocol import kv", "layers:"),
     ("client/local.py", "from tfyarn.cli import main", "nothing imports the command line"),
     ("core/errors.py", "from tfyarn.core import policy", "no cycles"),
 ])
@@ -43,3 +45,43 @@ def test_each_contract_can_fail(tmp_path, module, line, broken):
     out = lint(tmp_path)
     assert out.returncode != 0
     assert f"{broken}" in out.stdout.split("Broken contracts", 1)[-1], out.stdout[-3000:]
+
+
+ENV_WRITES = ("__setitem__", "__delitem__", "update", "pop", "popitem", "setdefault", "clear")
+
+
+def _environ_writes(path) -> list[str]:
+    """Where a module writes the process environment: os.environ[...] = / del / its
+    mutating methods, os.putenv, os.unsetenv."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        target = None
+        if isinstance(node, ast.Assign | ast.AugAssign | ast.Delete):
+            targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else [node.target]
+            target = next((t for t in targets if isinstance(t, ast.Subscript)
+                           and ast.unparse(t.value) == "os.environ"), None)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner, name = ast.unparse(node.func.value), node.func.attr
+            if (owner == "os.environ" and name in ENV_WRITES) or \
+                    (owner == "os" and name in ("putenv", "unsetenv")):
+                target = node
+        if target is not None:
+            found.append(f"{path.name}:{node.lineno}: {ast.unparse(node)[:60]}")
+    return found
+
+
+def test_nothing_on_the_gateway_writes_the_process_environment():
+    """The client and the command line read the environment once (Settings) and never
+    write it: a notebook's kernel outlives many submits to many clusters."""
+    writes = [w for pkg in ("client", "cli")
+              for path in sorted((REPO / "tfyarn" / pkg).glob("*.py"))
+              for w in _environ_writes(path)]
+    assert writes == []
+    planted = REPO / "tfyarn" / "runtime" / "jni_probe_for_test.py"  # the check sees one
+    try:
+        planted.write_text("import os\nos.environ['X'] = '1'\nos.environ.update(Y='2')\n")
+        assert len(_environ_writes(planted)) == 2
+    finally:
+        planted.unlink()

@@ -9,9 +9,9 @@ import subprocess
 import sys
 import threading
 
-from tfyarn.protocol import bell as bellmod
 from tfyarn.protocol import kv as kvmod
-from tfyarn.runtime import proc
+from tfyarn.system import bell as bellmod
+from tfyarn.system import tree
 
 
 def _until(predicate, what: str, timeout: float = 10.0) -> None:
@@ -112,14 +112,14 @@ def test_descendants_are_found_through_the_tree_even_when_orphaned(tmp_path):
               "    os._exit(0)\n"
               "os.wait()\n")
     marker = tmp_path / "daemon.pid"
-    code = ("import sys, subprocess; from tfyarn.runtime import proc; proc.set_subreaper(); "
+    code = ("import sys, subprocess; from tfyarn.system import spawn, tree; spawn.set_subreaper(); "
             f"subprocess.run([sys.executable, '-c', {script!r}, {str(marker)!r}]); "
             "import os, time\n"
             f"while not os.path.exists({str(marker)!r}): time.sleep(0.01)\n"
-            "print(proc.descendants(os.getpid())); proc.stop_tree(1.0); "
-            "print(proc.descendants(os.getpid()))")
+            "print(tree.descendants(os.getpid())); tree.stop_tree(1.0); "
+            "print(tree.descendants(os.getpid()))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True).stdout.splitlines()
     daemon = int(marker.read_text())
     assert out[0] == f"[{daemon}]" and out[1] == "[]"
-    assert not os.path.exists(f"/proc/{daemon}") or proc._state(daemon) in (None, "Z")
+    assert not os.path.exists(f"/proc/{daemon}") or tree.proc_state(daemon) in (None, "Z")

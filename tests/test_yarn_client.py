@@ -12,6 +12,7 @@ import pytest
 from conftest import REPO
 
 from tfyarn.client import yarn
+from tfyarn.client.skeinclient import Yarn
 from tfyarn.core.errors import EXIT_TFYARN
 from tfyarn.core.policy import format_tasks
 from tfyarn.core.records import Attempt, JobTasks, Outcome, Started, TaskEnd, Wanted
@@ -19,7 +20,7 @@ from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.protocol.skeinlink import App, Yarn
+from tfyarn.protocol.skeinlink import App
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfyarn.client import skeinclient
 from tfyarn.core.jobspec import Container, JobSpec
 from tfyarn.core.tfconfig import Task
-from tfyarn.protocol import skeinlink
 from tfyarn.runtime import docker
 
 JOB_FILE = "tfyarn-job.json"
@@ -229,4 +229,4 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
 
 def application_spec(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -> Any:
     """The same, as a validated skein.ApplicationSpec."""
-    return skeinlink.application_spec(application_dict(spec, staged, defaults))
+    return skeinclient.application_spec(application_dict(spec, staged, defaults))

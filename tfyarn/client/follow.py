@@ -26,7 +26,7 @@ from tfyarn.core.timing import REST_TIMEOUT_S
 from tfyarn.hdfs import spnego
 from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.protocol.skeinlink import App
-from tfyarn.runtime.proc import Sink
+from tfyarn.system.streams import Sink
 
 ONE_TASK = re.compile(r"^(ps|chief|worker)-(\d+)$")  # appspec's name of a one-task container
 GROUP = re.compile(r"^workers-\d+$")  # several tasks (-ppn, -wnpg): lines already prefixed

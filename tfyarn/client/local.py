@@ -30,6 +30,7 @@ from typing import IO
 from tfyarn.client import common
 from tfyarn.client import files as filesmod
 from tfyarn.client.interrupts import Interrupts
+from tfyarn.client.terminal import TerminalView
 from tfyarn.core.errors import EXIT_TFYARN, EnvironmentMissing, JobFailed, SpecError
 from tfyarn.core.jobspec import Container, JobSpec, ShippedFile
 from tfyarn.core.policy import elapsed_words, plural, signal_of
@@ -48,13 +49,12 @@ from tfyarn.core.timing import (
     TENSORBOARD_DONE_SLACK_S,
     TENSORBOARD_START_S,
 )
-from tfyarn.protocol import inotify
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime import docker as dockerrun
-from tfyarn.runtime import proc
+from tfyarn.system import forks, inotify, spawn, tree
 
 JOB_DIR_PREFIX = "tfyarn-"
-Process = subprocess.Popen | proc.Child | proc.Forked  # forked: the driver, the launchers
+Process = subprocess.Popen | forks.Child | forks.Forked  # forked: the driver, the launchers
 
 
 def new_job_id() -> str:
@@ -253,10 +253,10 @@ class Procs:
     (by container), the log view."""
 
     jd: JobDir
-    follower: proc.Follower | None = None  # started once nothing more is forked from here
-    driver: proc.Child | None = None
+    follower: TerminalView | None = None  # started once nothing more is forked from here
+    driver: forks.Child | None = None
     launchers: dict[Container, Process] = field(default_factory=dict)
-    forks: proc.ForkServer | None = None  # every gang's launchers
+    forks: forks.ForkServer | None = None  # every gang's launchers
     ended: set[int] = field(default_factory=set)  # launchers whose end was handled
     gang: int = 0  # the gang `launchers` belong to
     attempt: int = 0  # ... and its attempt (locally always the same number)
@@ -278,7 +278,7 @@ class Procs:
         lines are shown on the terminal after `prefix` (None: only in its file)."""
         path = self.jd.log_path(label)
         with open(path, "ab") as log:
-            p = proc.start(argv, env, cwd=cwd, stdout=log, stderr=log, new_session=True,
+            p = spawn.start(argv, env, cwd=cwd, stdout=log, stderr=log, new_session=True,
                            parent_death=signal.SIGTERM)
         if prefix is not None:
             self.show(path, prefix)
@@ -301,13 +301,13 @@ def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Inte
     jd, py = procs.jd, sys.executable
     argv = ["--job", jd.job_json, "--kv", jd.kv_url, "--logs", os.path.join(jd.root, "logs")]
     try:
-        procs.driver = proc.fork_call(lambda: _driver(argv), jd.root, env,
+        procs.driver = forks.fork_call(lambda: _driver(argv), jd.root, env,
                                       log=jd.log_path("driver"), name="tfyarn-driver")
-        procs.forks = proc.ForkServer(_launcher, env, jd.root)
+        procs.forks = forks.ForkServer(_launcher, env, jd.root)
     except OSError as exc:
         raise EnvironmentMissing(f"could not start tfyarn's driver: {exc}; raise the limits "
                                  "(ulimit -n, ulimit -u)") from None
-    procs.follower = proc.Follower(terminal, FOLLOW_S).start()
+    procs.follower = TerminalView(terminal, FOLLOW_S).start()
     procs.show(jd.log_path("driver"), "")
     try:
         if spec.tensorboard_dir:
@@ -403,9 +403,9 @@ def end_leftovers(job_id: str, container: Container, gang: int, docker: bool) ->
     from tfyarn.runtime.launcher import TAG_VAR, container_tag  # rarely needed: its import
 
     tag = container_tag(job_id, container.tasks[0], gang)
-    proc.kill_rounds(lambda: proc.tagged(TAG_VAR, f"{tag}.", prefix=True))
+    tree.kill_rounds(lambda: tree.tagged(TAG_VAR, f"{tag}.", prefix=True))
     if docker:
-        proc.remove_containers(f"label={dockerrun.LABEL_LAUNCHER}={tag}")
+        tree.remove_containers(f"label={dockerrun.LABEL_LAUNCHER}={tag}")
 
 
 class Wake:
@@ -415,7 +415,7 @@ class Wake:
 
     def __init__(self, store_root: str) -> None:
         self.sel = selectors.DefaultSelector()
-        self.watch = inotify.Watcher.open()
+        self.watch = inotify.DirWatch.open()
         if self.watch is not None and self.watch.add(store_root, inotify.MOVED_TO):
             self.sel.register(self.watch.fd, selectors.EVENT_READ, "store")
         self.sig_r, self.sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -474,7 +474,7 @@ class Wake:
 
 def job_pids(job_id: str) -> list[int]:
     """Every process whose environment carries this job's id: the whole tree, however deep."""
-    return proc.tagged("TFYARN_JOB_ID", job_id)
+    return tree.tagged("TFYARN_JOB_ID", job_id)
 
 
 def kill_groups(procs: Iterable[Process]) -> None:
@@ -490,11 +490,11 @@ def kill_all(procs: Iterable[Process], job_id: str, docker: bool) -> None:
     """SIGKILL every process group we started, then anything else that carries the job id."""
     procs = list(procs)
     kill_groups(procs)
-    proc.kill_rounds(lambda: job_pids(job_id))
+    tree.kill_rounds(lambda: job_pids(job_id))
     for p in procs:
         p.wait()
     if docker:
-        proc.remove_containers(f"label={dockerrun.LABEL_JOB}={job_id}")
+        tree.remove_containers(f"label={dockerrun.LABEL_JOB}={job_id}")
 
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from tfyarn.client import appspec, common, kerberos, rm, staging
 from tfyarn.client.follow import LiveLogs, http_get
 from tfyarn.client.interrupts import Interrupts
+from tfyarn.client.skeinclient import NO_HADOOP, Yarn, YarnUnreachable, keeping_log, warm_driver
 from tfyarn.core.errors import (
     STATE_EXIT,
     EnvironmentMissing,
@@ -44,14 +45,7 @@ from tfyarn.hdfs import siteconf
 from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.protocol.skeinlink import (
-    NO_HADOOP,
-    Puts,
-    Yarn,
-    YarnUnreachable,
-    keeping_log,
-    warm_driver,
-)
+from tfyarn.protocol.skeinlink import Puts
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 REPORT_RETRIES = 5  # consecutive failed report calls before the watcher gives up

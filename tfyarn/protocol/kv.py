@@ -25,9 +25,9 @@ from collections.abc import Sequence
 from tfyarn.core.records import Wanted
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import DIR_FEED_POLL_S, DIR_POLL_MAX_S, DIR_POLL_S, SKEIN_POLL_S
-from tfyarn.protocol import bell as bellmod
-from tfyarn.protocol import inotify
 from tfyarn.protocol.skeinlink import App
+from tfyarn.system import bell as bellmod
+from tfyarn.system import inotify
 
 CLUSTER = "cluster"  # records.Cluster, put by the driver once every task registered
 STOP = "stop"  # reason text; every launcher stops its user process when it appears
@@ -178,7 +178,7 @@ class DirKV(KV):
         self._seen: dict[str, tuple[tuple[int, int, int], str]] = {}  # path -> (stat, value)
         self._made: set[str] = set()
         self._local = threading.local()
-        self._watch: inotify.Watcher | None = None  # the feeds' (one per process)
+        self._watch: inotify.DirWatch | None = None  # the feeds' (one per process)
         os.makedirs(root, exist_ok=True)
         self.bell = self._bell() if ringer else None
 
@@ -286,7 +286,7 @@ class DirKV(KV):
     def wait(self, key: str, timeout: float | None = None,
              poll_s: float | None = None) -> str | None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        watch = inotify.Watcher.open() if self.watcher else None
+        watch = inotify.DirWatch.open() if self.watcher else None
         if watch is not None:
             folder = os.path.dirname(self._path(key))
             os.makedirs(folder, exist_ok=True)
@@ -332,7 +332,7 @@ class DirKV(KV):
         """Through this store's one inotify descriptor (every gang's feed shares it:
         the kernel allows few), else by polling."""
         if self.watcher and self._watch is None:
-            self._watch = inotify.Watcher.open()
+            self._watch = inotify.DirWatch.open()
         if self._watch is None:
             return PollFeed(self, dirs, DIR_FEED_POLL_S)
         return DirFeed(self, dirs, self._watch)
@@ -341,7 +341,7 @@ class DirKV(KV):
 class DirFeed(Feed):
     """A DirKV's changes through inotify: only the files renamed in are read."""
 
-    def __init__(self, store: DirKV, dirs: Sequence[str], watch: inotify.Watcher) -> None:
+    def __init__(self, store: DirKV, dirs: Sequence[str], watch: inotify.DirWatch) -> None:
         self.store, self.watch = store, watch
         self.dirs = {}
         for d in dirs:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import http.server
 import threading
 
-from tfyarn.protocol.serving import Serving
+from tfyarn.system.serving import Serving
 
 
 class RendezvousServer:

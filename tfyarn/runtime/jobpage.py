@@ -28,7 +28,7 @@ from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import PAGE_REFRESH_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.protocol.serving import Serving
+from tfyarn.system.serving import Serving
 
 STYLE = """body{font-family:sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}

@@ -53,7 +53,8 @@ from tfyarn.core.timing import (
 from tfyarn.hdfs import plugin as hdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import users_env
-from tfyarn.runtime import docker, keytab, proc
+from tfyarn.runtime import docker, keytab
+from tfyarn.system import spawn, streams, tree
 
 TAG_VAR = "TFYARN_TASK_TAG"  # marks every process of one launcher's tree, for the watchdog
 
@@ -196,7 +197,7 @@ class Slot:
     addr: str
     tag: str
     child: subprocess.Popen | None = None
-    pumps: tuple[proc.LinePump, ...] = ()
+    pumps: tuple[streams.LinePump, ...] = ()
     rank: int | None = None
     container: str = ""  # -m docker: its docker container's name
     gpus: list[str] = field(default_factory=list)  # -m docker: the node's GPU ids it gets
@@ -214,16 +215,16 @@ def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int
         flag.wake.clear()
         for slot in [s for s in running.values() if s.child.returncode is not None]:
             del running[slot.index]
-            proc.stop_tagged(TAG_VAR, slot.tag, min(grace, 1.0), keep)  # its daemons
+            tree.stop_tagged(TAG_VAR, slot.tag, min(grace, 1.0), keep)  # its daemons
             report(slot, slot.child.returncode)
         if running and flag.check():
-            proc.stop_tree(grace, keep, tracked={s.child.pid for s in running.values()})
+            tree.stop_tree(grace, keep, tracked={s.child.pid for s in running.values()})
             for slot in running.values():
                 report(slot, slot.child.wait())
             break
         flag.wake.wait(PARENT_CHECK_S)  # a child's end, a signal or a stop wakes it at once
-    proc.stop_tree(min(grace, 1.0), keep)
-    proc.reap(keep)
+    tree.stop_tree(min(grace, 1.0), keep)
+    tree.reap(keep)
 
 
 @dataclass(frozen=True)
@@ -323,7 +324,7 @@ class Launcher:
         if run is None:
             return None
         if run.runtime == "yarn":
-            return None if docker.started_in_image(proc.ancestors()) \
+            return None if docker.started_in_image(tree.ancestors()) \
                 else docker.outside_image(host, run.image)
         why = docker.unusable()
         return None if why is None else docker.node_problem(host, self.settings.user, why)
@@ -409,14 +410,14 @@ class Launcher:
             argv = self.docker_argv(slot, env_vars)
         else:
             argv = shell_argv(a.job.command)
-        slot.child = proc.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        slot.child = spawn.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 parent_death=signal.SIGKILL)
         self.store.put(kvmod.start_key(slot.task), Started(slot.child.pid, time.time()).to_json())
         prefix = f"[{slot.task}] ".encode() if len(a.tasks) > 1 else b""
         assert slot.child.stdout is not None and slot.child.stderr is not None
-        slot.pumps = (proc.LinePump(slot.child.stdout, getattr(sys.stdout, "buffer", None),
+        slot.pumps = (streams.LinePump(slot.child.stdout, getattr(sys.stdout, "buffer", None),
                                     prefix=prefix),
-                      proc.LinePump(slot.child.stderr, getattr(sys.stderr, "buffer", None),
+                      streams.LinePump(slot.child.stderr, getattr(sys.stderr, "buffer", None),
                                     prefix=prefix, notice=token_expired))
 
     def ended(self, slot: Slot, code: int) -> None:
@@ -433,7 +434,7 @@ class Launcher:
                 flag = "-pm" if slot.task.type == "ps" else "-wm"
                 record = memory_end(record, flag, res.memory_mb,
                                     res.memory_mb // len(self.args.tasks))
-            proc.remove_containers(f"name=^{slot.container}$")
+            tree.remove_containers(f"name=^{slot.container}$")
         self.publish(slot.task, slot.addr, slot.rank, record)
 
     def publish(self, task: Task, addr: str, rank: int | None, record: TaskEnd) -> None:
@@ -462,8 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     tag = container_tag(settings.job_id or "unknown", args.tasks[0], args.gang)
     containers = f"label={docker.LABEL_LAUNCHER}={tag}" \
         if args.docker and args.docker.runtime == "tfyarn" else None  # `docker run`s to end
-    watchdog = proc.start_watchdog(TAG_VAR, f"{tag}.", containers) if args.watchdog else -1
-    proc.set_subreaper()
+    watchdog = tree.start_watchdog(TAG_VAR, f"{tag}.", containers) if args.watchdog else -1
+    spawn.set_subreaper()
     flag = StopFlag()
     install_signal_handlers(flag)
     store = kvmod.Scoped(kvmod.open_kv(args.store_url), args.gang)
@@ -476,7 +477,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         launcher.run()
     except Exception as exc:  # the launcher's last resort, never silent: whatever broke is
         # reported as this task's exit (the driver then decides), and its tree is stopped
-        proc.stop_tree(0.0, {watchdog})
+        tree.stop_tree(0.0, {watchdog})
         launcher.report_error(exc)
     done.set()
     return 0

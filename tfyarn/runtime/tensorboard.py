@@ -30,8 +30,8 @@ from tfyarn.core.settings import Settings
 from tfyarn.core.timing import TENSORBOARD_POLL_S, TENSORBOARD_START_S, WAKE_S
 from tfyarn.hdfs import plugin as hdfs
 from tfyarn.protocol import kv as kvmod
-from tfyarn.runtime import proc
 from tfyarn.runtime.launcher import TAG_VAR, StopFlag, install_signal_handlers, reserve_port
+from tfyarn.system import spawn, streams, tree
 
 MISSING_HINT = ("install tensorboard into the job's environment (pip install tensorboard; "
                 "for -m virtual-env: into the packed env)")
@@ -48,7 +48,7 @@ def answers(url: str) -> bool:
         return False
 
 
-def wait_until_up(url: str, child: subprocess.Popen, pump: proc.LinePump,
+def wait_until_up(url: str, child: subprocess.Popen, pump: streams.LinePump,
                   flag: StopFlag) -> TensorBoard:
     """Its URL once it answers, else why not (it exited, or took too long)."""
     deadline = time.monotonic() + TENSORBOARD_START_S
@@ -92,17 +92,17 @@ def run(spec: JobSpec, store: kvmod.KV, python: str, settings: Settings, flag: S
     env.update(hdfs.plugin_env(env))  # an hdfs:// logdir: the same plugin as the tasks
     argv = [python, "-m", "tensorboard.main", "--logdir", spec.tensorboard_dir or ".",
             "--bind_all", "--port", str(port)]
-    child = proc.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    child = spawn.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        parent_death=signal.SIGKILL)
     assert child.stdout is not None
-    pump = proc.LinePump(child.stdout, getattr(sys.stderr, "buffer", None))
+    pump = streams.LinePump(child.stdout, getattr(sys.stderr, "buffer", None))
     info = wait_until_up(f"http://{host}:{port}/", child, pump, flag)
     store.put(kvmod.TENSORBOARD, info.to_json())
     say(info.announce(), "tensorboard")
     if info.url:
         wait_for_job_end(store, flag, spec.tensorboard_linger_s)
-    proc.stop_tree(spec.stop_grace_s, keep, tracked={child.pid})
-    proc.reap(keep)
+    tree.stop_tree(spec.stop_grace_s, keep, tracked={child.pid})
+    tree.reap(keep)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -114,8 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with open(ns.job, encoding="utf-8") as f:
         spec = JobSpec.from_json(f.read())
     tag = os.urandom(12).hex()
-    watchdog = proc.start_watchdog(TAG_VAR, tag)  # before any thread exists
-    proc.set_subreaper()
+    watchdog = tree.start_watchdog(TAG_VAR, tag)  # before any thread exists
+    spawn.set_subreaper()
     flag = StopFlag()
     install_signal_handlers(flag)
     store = kvmod.open_kv(ns.kv)

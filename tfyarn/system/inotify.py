@@ -5,7 +5,7 @@ local client to the job's log files) blocks on one inotify descriptor instead of
 re-reading every file on a timer: at 512 tasks a 0.1 s rescan was most of a job's idle
 CPU. One descriptor per process: the kernel allows few (fs.inotify.max_user_instances,
 often 128), so launchers, of which there can be hundreds, never take one. Where inotify is
-missing or refused, `Watcher.open` returns None and the caller polls instead.
+missing or refused, `DirWatch.open` returns None and the caller polls instead.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ OVERFLOW = 0x4000  # the kernel's queue overflowed: events were lost, rescan
 _HEADER = struct.Struct("iIII")  # wd, mask, cookie, len
 
 
-class Watcher:
+class DirWatch:
     """One inotify descriptor and its watched dirs; `wait` gives the changed names."""
 
     def __init__(self, fd: int, libc: ctypes.CDLL) -> None:
@@ -32,7 +32,7 @@ class Watcher:
         self.dirs: dict[int, str] = {}  # watch descriptor -> dir
 
     @classmethod
-    def open(cls) -> Watcher | None:
+    def open(cls) -> DirWatch | None:
         """A new watcher, or None where inotify is unavailable (not Linux, the limit of
         instances reached): callers then poll."""
         try:
@@ -88,7 +88,7 @@ class Watcher:
 
 def available() -> bool:
     """Whether this process can have a watcher (one is opened and closed to know)."""
-    watch = Watcher.open()
+    watch = DirWatch.open()
     if watch is None:
         return False
     watch.close()

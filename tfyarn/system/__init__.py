@@ -1,0 +1,2 @@
+"""The operating system as tfyarn uses it: processes, their trees and streams, inotify,
+the local store's bell, small HTTP servers. Knows nothing of jobs (below `protocol`)."""
