@@ -845,7 +845,7 @@ def _conf_read(pid: int) -> str:
 
 def test_driver_stop_leaves_the_sites_configuration_it_read_as_it_is(tmp_path):
     """No HADOOP_CONF_DIR: the Hadoop install's etc/hadoop is the configuration. When tfyarn
-    cannot amend its hdfs-site.xml, the warm driver reads that dir itself, and `tfyarn
+    cannot amend its hdfs-site.xml, the warm skein driver reads that dir itself, and `tfyarn
     driver stop` removes nothing of it. (A HADOOP_HOME of its own: the sandbox install's
     scripts copied, which find their home by their own path, its jars linked.)"""
     real = os.environ["HADOOP_HOME"]
@@ -860,16 +860,16 @@ def test_driver_stop_leaves_the_sites_configuration_it_read_as_it_is(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "HADOOP_CONF_DIR"}
     env.update(HADOOP_HOME=str(home), PATH=f"{home}/bin:{env['PATH']}")
     tfyarn = [sys.executable, "-m", "tfyarn"]
-    started = subprocess.run([*tfyarn, "driver", "start"], env=env, capture_output=True,
+    started = subprocess.run([*tfyarn, "skein-driver", "start"], env=env, capture_output=True,
                              text=True, timeout=300)
     assert started.returncode == 0, started.stderr
     try:
         assert [_conf_read(pid) for pid in _skein_drivers()] == [str(site)]
         assert [_environ(pid).get("HADOOP_CONF_DIR") for pid in _skein_drivers()] == [None]
     finally:
-        stopped = subprocess.run([*tfyarn, "driver", "stop"], env=env, capture_output=True,
+        stopped = subprocess.run([*tfyarn, "skein-driver", "stop"], env=env, capture_output=True,
                                  text=True, timeout=120)
-    assert stopped.returncode == 0 and "warm driver stopped" in stopped.stderr
+    assert stopped.returncode == 0 and "warm skein driver stopped" in stopped.stderr
     assert sorted(os.listdir(site)) == sorted(os.listdir(os.environ["HADOOP_CONF_DIR"]))
 
 
@@ -917,16 +917,16 @@ def _parent(pid: int) -> int:
 
 
 def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit):
-    """`tfyarn driver start`: then el_submit, status and kill start no skein driver of
-    their own (each would be a JVM); `tfyarn driver stop` ends it."""
+    """`tfyarn skein-driver start`: then el_submit, status and kill start no skein driver of
+    their own (each would be a JVM); `tfyarn skein-driver stop` ends it."""
     tfyarn = [sys.executable, "-m", "tfyarn"]
-    started = subprocess.run([*tfyarn, "driver", "start"], capture_output=True, text=True,
+    started = subprocess.run([*tfyarn, "skein-driver", "start"], capture_output=True, text=True,
                              timeout=300)
     assert started.returncode == 0, started.stderr
     try:
         warm = _skein_drivers()
         assert len(warm) == 1, warm
-        again = subprocess.run([*tfyarn, "driver", "start"], capture_output=True, text=True,
+        again = subprocess.run([*tfyarn, "skein-driver", "start"], capture_output=True, text=True,
                                timeout=300)
         assert again.returncode == 0 and "already running" in again.stderr, again.stderr
         assert _skein_drivers() == warm
@@ -934,7 +934,7 @@ def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit
         assert conf != os.environ["HADOOP_CONF_DIR"]
         assert siteconf.CLIENT_DEFAULTS.items() <= \
             siteconf.read_site(os.path.join(conf, "hdfs-site.xml")).items()
-        status = subprocess.run([*tfyarn, "driver", "status"], capture_output=True, text=True,
+        status = subprocess.run([*tfyarn, "skein-driver", "status"], capture_output=True, text=True,
                                 timeout=120)
         assert status.stdout.startswith("running at "), status.stdout + status.stderr
         log = re.search(r"\(log: (\S+)\)", started.stderr).group(1)
@@ -942,13 +942,13 @@ def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit
         assert out.returncode == 0, out.stderr
         assert _skein_drivers() == warm
         with open(log, encoding="utf-8") as f:
-            assert app_id in f.read()  # the warm driver submitted it
+            assert app_id in f.read()  # the warm skein driver submitted it
         done = subprocess.run([*tfyarn, "status", app_id], capture_output=True, text=True,
                               timeout=120)
         assert done.returncode == 0 and "SUCCEEDED" in done.stdout, done.stdout + done.stderr
     finally:
-        stopped = subprocess.run([*tfyarn, "driver", "stop"], capture_output=True, text=True,
+        stopped = subprocess.run([*tfyarn, "skein-driver", "stop"], capture_output=True, text=True,
                                  timeout=120)
-    assert stopped.returncode == 0 and "warm driver stopped" in stopped.stderr
+    assert stopped.returncode == 0 and "warm skein driver stopped" in stopped.stderr
     assert not _skein_drivers()
     assert not os.path.exists(conf)

@@ -32,7 +32,7 @@
   idle cores while the tasks sleep (scheduler nanoseconds, not ticks); and
   idle_cores_256_tasks over 10 s of a settled 256-task job;
 - with --yarn (on the cluster HADOOP_CONF_DIR names, e.g. the sandbox): a trivial
-  el_submit job cold and with a warm driver (`tfyarn driver start`) against bare skein
+  el_submit job cold and with a warm skein driver (`tfyarn skein-driver start`) against bare skein
   submitting a trivial app: seconds to the application id and to the client's exit, and
   ratios; yarn_gang_restart_s: a worker's SIGKILL until every task of the new gang runs;
   yarn_64_tasks_running_s: a 64-rank job (4 containers x 16) from el_submit's start
@@ -463,7 +463,7 @@ def _timed_submit(argv: list[str]) -> tuple[float, float]:
 
 def yarn_rates(repeat: int) -> dict:
     """On the sandbox YARN, interleaved: a trivial el_submit job with and without the
-    warm driver against bare skein submitting and awaiting a trivial app; gang restart
+    warm skein driver against bare skein submitting and awaiting a trivial app; gang restart
     time (a worker's user process SIGKILLed to every task of the new gang running)."""
     el = [sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", "1",
           "--python", sys.executable, "-c", "true"]
@@ -472,11 +472,11 @@ def yarn_rates(repeat: int) -> dict:
     for _ in range(repeat):
         bare.append(_timed_submit([sys.executable, "-c", BARE_SKEIN]))
         cold.append(_timed_submit(el))
-        subprocess.run([*tfyarn, "driver", "start"], check=True, capture_output=True)
+        subprocess.run([*tfyarn, "skein-driver", "start"], check=True, capture_output=True)
         try:
             warm.append(_timed_submit(el))
         finally:
-            subprocess.run([*tfyarn, "driver", "stop"], check=True, capture_output=True)
+            subprocess.run([*tfyarn, "skein-driver", "stop"], check=True, capture_output=True)
     med = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
            for name, runs in (("bare", bare), ("cold", cold), ("warm", warm))}
     out = {f"yarn_{name}_submit_to_id_s": round(v[0], 2) for name, v in med.items()}

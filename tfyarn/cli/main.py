@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import dataclasses
 import os
 import sys
@@ -312,21 +313,27 @@ def ls_cmd(show_all: bool, conf: str | None, principal: str | None, keytab: str 
         return yarn.ls(show_all, _opts(conf, principal, keytab))
 
 
-@tfyarn.command("driver")
+@tfyarn.command("skein-driver")
 @click.argument("action", type=click.Choice(["start", "stop", "status"]))
 @conf_option
 @click.option("--principal", "principal", metavar="USER@REALM", help="Kerberos principal")
 @click.option("--keytab", "keytab", metavar="FILE", help="Kerberos keytab")
-def driver_cmd(action: str, conf: str | None, principal: str | None,
-               keytab: str | None) -> int:
-    """A warm skein driver: el_submit, status and kill use it instead of starting a JVM
-    each (about 5 s) while it runs, for the same Hadoop configuration."""
+def skein_driver_cmd(action: str, conf: str | None, principal: str | None,
+                     keytab: str | None) -> int:
+    """A warm skein driver (skein's YARN client JVM, not tfyarn's driver in the job):
+    el_submit, status and kill use it instead of starting a JVM each (about 5 s) while
+    it runs, for the same Hadoop configuration."""
     with edge():
         from tfyarn.client import yarn
 
         opts = _opts(conf)
-        return yarn.driver(action, dataclasses.replace(opts, principal=principal,
-                                                       keytab=keytab))
+        return yarn.skein_driver(action, dataclasses.replace(opts, principal=principal,
+                                                             keytab=keytab))
+
+
+_old_name = copy.copy(skein_driver_cmd)  # `tfyarn driver ...`, its first name: still works, unlisted
+_old_name.hidden = True
+tfyarn.add_command(_old_name, "driver")
 
 
 @tfyarn.command("check-data")
@@ -365,7 +372,7 @@ def build_hdfs_plugin_cmd() -> int:
 
 
 def _local_job_dir(job_id: str) -> str:
-    from tfyarn.client.local import find_job_dir
+    from tfyarn.client.jobdir import find_job_dir
     from tfyarn.core.settings import Settings
 
     found = find_job_dir(job_id, Settings.from_environ())
@@ -400,7 +407,8 @@ def _local_status(job_id: str) -> int:
 
 
 def _local_logs(job_id: str, task: str | None) -> int:
-    from tfyarn.client.local import JobDir, task_log
+    from tfyarn.client.jobdir import JobDir
+    from tfyarn.client.local import task_log
     from tfyarn.core.jobspec import JobSpec
 
     jd = JobDir(_local_job_dir(job_id))

@@ -2,7 +2,7 @@
 
 One of the two modules that import skein (the other, `protocol/skeinlink.py`, links to
 a running application from its containers too). Owns starting skein's driver JVM (one
-per call, or the warm one `tfyarn driver start` leaves running for a configuration),
+per call, or the warm one `tfyarn skein-driver start` leaves running for a configuration),
 giving it the Hadoop configuration by its classpath (never by this process's
 environment), and turning skein's failures into one line that says what to run next.
 Runs on the gateway only: nothing in a container imports it.
@@ -25,7 +25,7 @@ from tfyarn.core.errors import EnvironmentMissing, SpecError, TfYarnError
 from tfyarn.protocol.skeinlink import App, failures
 
 CLASSPATH_TIMEOUT_S = 60.0  # `yarn classpath` for skein's JVM: a shell script, milliseconds
-WARM_STOP_S = 10.0  # `tfyarn driver stop`: the JVM's own shutdown, before it is killed
+WARM_STOP_S = 10.0  # `tfyarn skein-driver stop`: the JVM's own shutdown, before it is killed
 
 
 class YarnUnreachable(TfYarnError):
@@ -67,7 +67,7 @@ class Yarn:
 
     @classmethod
     def warm(cls, conf_dir: str | None) -> Yarn | None:
-        """The warm driver (`tfyarn driver start`) when it runs for the same Hadoop
+        """The warm skein driver (`tfyarn skein-driver start`) when it runs for the same Hadoop
         configuration: a submit then starts no JVM. None otherwise."""
         import skein
 
@@ -102,7 +102,7 @@ class Yarn:
 
     @staticmethod
     def stop_warm() -> bool:
-        """Stop the warm driver; whether one ran."""
+        """Stop the warm skein driver; whether one ran."""
         import skein
 
         marker = _read_warm()
@@ -251,7 +251,7 @@ def _write_warm(marker: dict) -> None:
 
 
 def warm_driver() -> dict | None:
-    """What `tfyarn driver status` says: the warm driver's note, if one was started."""
+    """What `tfyarn skein-driver status` says: the warm skein driver's note, if one was started."""
     return _read_warm()
 
 

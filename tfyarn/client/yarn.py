@@ -77,7 +77,7 @@ class ClientOptions:
 def require_client(opts: ClientOptions) -> None:
     """Refuse early, before staging anything or touching ~/.skein, if YARN can't be reached
     or (Kerberos) cannot be logged in to: no ticket, an expired one, a keytab without the
-    principal's key. A warm driver logged in already."""
+    principal's key. A warm skein driver logged in already."""
     if opts.keytab and not os.path.isfile(opts.keytab):
         raise SpecError(f"--keytab: {opts.keytab!r} does not exist")
     if shutil.which("yarn") is None:
@@ -90,7 +90,7 @@ def require_client(opts: ClientOptions) -> None:
 
 
 def _start_client(opts: ClientOptions, log: str, conf_dest: str) -> Yarn:
-    """The warm driver when one serves this configuration (no --principal/--keytab of
+    """The warm skein driver when one serves this configuration (no --principal/--keytab of
     this call's own), else a driver of this call's own (a JVM: ~5 s), reading its
     Hadoop configuration from `conf_dest` (see `driver_conf`)."""
     conf_dir = opts.hadoop_conf
@@ -110,7 +110,7 @@ def driver_conf(dest: str, conf_dir: str | None) -> str | None:
 
 
 def _warm_running(conf_dir: str | None) -> bool:
-    """Whether the warm driver runs already, for `conf_dir` (said); one for another
+    """Whether the warm skein driver runs already, for `conf_dir` (said); one for another
     configuration is refused (skein keeps one global driver: stop it first)."""
     note = warm_driver()
     if note is None:
@@ -120,14 +120,14 @@ def _warm_running(conf_dir: str | None) -> bool:
         return False
     running.close()
     if note.get("conf_dir") != conf_dir:
-        raise TfYarnError(f"a warm driver runs for HADOOP_CONF_DIR={note.get('conf_dir')}; "
-                          "stop it first: tfyarn driver stop")
-    say(f"warm driver already running at {note['address']} for HADOOP_CONF_DIR={conf_dir}")
+        raise TfYarnError(f"a warm skein driver runs for HADOOP_CONF_DIR={note.get('conf_dir')}; "
+                          "stop it first: tfyarn skein-driver stop")
+    say(f"warm skein driver already running at {note['address']} for HADOOP_CONF_DIR={conf_dir}")
     return True
 
 
 def _start_warm(conf_dir: str | None, opts: ClientOptions) -> None:
-    """Start the warm driver on a Hadoop configuration of its own (`driver_conf`), kept
+    """Start the warm skein driver on a Hadoop configuration of its own (`driver_conf`), kept
     in the cache, not /tmp: a cleaner of old files there would take it from under a
     driver that runs for weeks (its JVM rereads it at times); removed by `driver stop`."""
     settings = opts.settings
@@ -142,12 +142,12 @@ def _start_warm(conf_dir: str | None, opts: ClientOptions) -> None:
     except BaseException:  # no driver started: nothing reads it
         shutil.rmtree(own, ignore_errors=True)
         raise
-    say(f"warm driver at {address} for HADOOP_CONF_DIR={conf_dir} (log: {log}); "
-        "stop it with: tfyarn driver stop")
+    say(f"warm skein driver at {address} for HADOOP_CONF_DIR={conf_dir} (log: {log}); "
+        "stop it with: tfyarn skein-driver stop")
 
 
-def driver(action: str, opts: ClientOptions) -> int:
-    """`tfyarn driver start|stop|status`: a warm skein driver that submits, status and
+def skein_driver(action: str, opts: ClientOptions) -> int:
+    """`tfyarn skein-driver start|stop|status`: a warm skein driver that submits, status and
     kill calls share instead of each starting a JVM."""
     conf_dir = opts.hadoop_conf
     if action == "start":
@@ -156,12 +156,12 @@ def driver(action: str, opts: ClientOptions) -> int:
             return 0
         _start_warm(conf_dir, opts)
     elif action == "stop":
-        say("warm driver stopped" if Yarn.stop_warm() else "no warm driver was running")
+        say("warm skein driver stopped" if Yarn.stop_warm() else "no warm skein driver was running")
     else:
         note = warm_driver()
         running = note is not None and Yarn.warm(note.get("conf_dir")) is not None
         print(f"running at {note['address']} for HADOOP_CONF_DIR={note.get('conf_dir')}"
-              if running and note else "not running (start one: tfyarn driver start)")
+              if running and note else "not running (start one: tfyarn skein-driver start)")
     return 0
 
 

@@ -128,7 +128,7 @@ class Referee:
     job_store: kvmod.KV
     gang: gangmod.Gang
     gang_no: int = 0
-    job: JobClock = field(default_factory=JobClock)
+    clock: JobClock = field(default_factory=JobClock)
     start: float = field(default_factory=time.monotonic)
     patience: float = float("inf")  # a partial gang gives back after this (Contention)
     given_back: int = 0  # partial gangs of this attempt given back so far
@@ -144,14 +144,14 @@ class Referee:
         self.liveness = Liveness(self.spec.heartbeat_timeout_s)
 
     def external_stop(self) -> Outcome | None:
-        if os.getppid() != self.job.parent:  # before a signal: a dying client sends SIGTERM too
-            self.job.interrupted = "the driver's parent process (the local client) died"
-        reason = self.job.interrupted or self.job_store.get(kvmod.KILL)
+        if os.getppid() != self.clock.parent:  # before a signal: a dying client sends SIGTERM too
+            self.clock.interrupted = "the driver's parent process (the local client) died"
+        reason = self.clock.interrupted or self.job_store.get(kvmod.KILL)
         return None if reason is None else Outcome("KILLED", f"killed: {reason}")
 
     def deadline_passed(self, addrs: Mapping[Task, str]) -> Outcome | None:
         now = time.monotonic()
-        if self.spec.timeout_s is not None and now - self.job.start > self.spec.timeout_s:
+        if self.spec.timeout_s is not None and now - self.clock.start > self.spec.timeout_s:
             return Outcome("FAILED", f"the job ran past --timeout {self.spec.timeout_s:g} s")
         if not self.published and now - self.start > self.spec.register_timeout_s:
             missing = [str(t) for t in self.spec.tasks() if t not in addrs]
@@ -272,7 +272,7 @@ class Referee:
 
 
 @dataclass
-class Follow:
+class Tracker:
     """The driver's running picture of one attempt: its task keys as they are put (a
     feed of the store's changes, not rescans), heartbeats read as often as they beat."""
 
@@ -302,13 +302,13 @@ class Follow:
 
 
 def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome,
-                    gone: Callable[[], Mapping[Task, TaskEnd]], follow: Follow) -> Snapshot:
+                    gone: Callable[[], Mapping[Task, TaskEnd]], tracker: Tracker) -> Snapshot:
     """Tell every launcher of the attempt to stop and wait (bounded) until the registered
     ones that can still answer reported (a lost launcher, or one whose container ended,
     cannot: it is not waited for). Returns what they published."""
     store.put(kvmod.STOP, outcome.message)
     deadline = time.monotonic() + spec.stop_grace_s + STOP_REPORT_S
-    snap = follow.snap
+    snap = tracker.snap
     while True:
         ended = gone()
         pending = [t for t in snap.addrs if t not in snap.exits and t not in ended
@@ -316,7 +316,7 @@ def stop_everything(spec: JobSpec, store: kvmod.KV, outcome: Outcome,
         left = deadline - time.monotonic()
         if not pending or left <= 0:
             break
-        snap = follow.next(min(left, DRIVER_TICK_S))
+        snap = tracker.next(min(left, DRIVER_TICK_S))
     for task in pending:
         say(f"{task} did not report after the stop request; its container/process is killed",
             "driver")
@@ -340,7 +340,7 @@ class Course:
     spec: JobSpec
     store: kvmod.KV
     gang: gangmod.Gang
-    job: JobClock
+    clock: JobClock
     advertise_host: str
     contention: Contention
     earlier: list[Attempt] = field(default_factory=list)  # how earlier attempts ended
@@ -356,7 +356,7 @@ def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEn
     while True:
         course.gang.start(course.gang_no, attempt, course.earlier)
         referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
-                          course.gang, course.gang_no, course.job, start,
+                          course.gang, course.gang_no, course.clock, start,
                           advertise_host=course.advertise_host, given_back=given_back)
         if course.gang.tells_ends:
             referee.patience = course.contention.patience()
@@ -410,8 +410,8 @@ def run_gang(course: Course, referee: Referee, attempt: int
         f"(-wait_time {spec.register_timeout_s / 60:g} min"
         f"{', gang ' + str(course.gang_no) if course.gang_no != attempt else ''})", "driver")
     scoped = kvmod.Scoped(store, course.gang_no)
-    follow = Follow(store, scoped, heartbeat_s(spec.heartbeat_timeout_s))
-    while (outcome := referee.step(follow.next(DRIVER_TICK_S))) is None:
+    tracker = Tracker(store, scoped, heartbeat_s(spec.heartbeat_timeout_s))
+    while (outcome := referee.step(tracker.next(DRIVER_TICK_S))) is None:
         pass
     if outcome.cause != REGROUP:  # a gang given back is told once, with when it asks again
         say(f"{outcome.state}: {outcome.message}", "driver")
@@ -420,8 +420,8 @@ def run_gang(course: Course, referee: Referee, attempt: int
     if restart_after(spec, outcome, attempt) and not needs_yarn_word(rec) \
             and not regroups(outcome, rec, referee.published) and not preempted(rec):
         _request(gang, course.gang_no + 1, attempt + 1)  # settled: YARN cannot say otherwise
-    snap = stop_everything(spec, scoped, outcome, referee.gone, follow)
-    follow.feed.close()
+    snap = stop_everything(spec, scoped, outcome, referee.gone, tracker)
+    tracker.feed.close()
     if referee.rendezvous is not None:
         referee.rendezvous.stop()
     outcome = replace(referee.settle(outcome), attempt=attempt)
@@ -440,7 +440,7 @@ def yield_to_the_owed_queue(course: Course, attempt: int) -> Outcome | None:
     say(words, "driver")
     course.store.put(kvmod.PHASE, f"waiting for resources: {words}")
     referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
-                      course.gang, course.gang_no, course.job)
+                      course.gang, course.gang_no, course.clock)
     stop = hold_off(referee, wait)
     return None if stop is None else replace(stop, attempt=attempt)
 
@@ -450,10 +450,10 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
     """Drive the job to its end, restarting the whole gang after a failure the restart
     policy accepts, and publish the final status."""
     gang = gang or gangmod.Gang(store)
-    job = JobClock()
+    clock = JobClock()
     if threading.current_thread() is threading.main_thread():
-        _trap_signals(job)
-    course = Course(spec, store, gang, job, advertise_host,
+        _trap_signals(clock)
+    course = Course(spec, store, gang, clock, advertise_host,
                     Contention(spec.yarn.gang_patience_s))
     attempt = 0
     store.put(kvmod.TASKS, JobTasks(tuple(str(t) for t in spec.tasks())).to_json())
@@ -496,9 +496,9 @@ def _clear(gang: gangmod.Gang, gang_no: int) -> None:
         say(f"could not kill gang {gang_no}'s leftover containers: {exc!r}", "driver")
 
 
-def _trap_signals(job: JobClock) -> None:
+def _trap_signals(clock: JobClock) -> None:
     def handler(signum: int, _frame: object) -> None:
-        job.interrupted = f"the driver received {signal.Signals(signum).name}"
+        clock.interrupted = f"the driver received {signal.Signals(signum).name}"
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)
