@@ -1,6 +1,6 @@
 """The process table as checks read it: tests, integration tests and scripts/faults.py.
 
-Deliberately separate from tfyarn's own /proc code (tfyarn.runtime.proc), which is what these
+Deliberately separate from tfyarn's own /proc code (tfyarn.system.tree), which is what these
 checks check.
 """
 

@@ -85,3 +85,17 @@ def test_nothing_on_the_gateway_writes_the_process_environment():
         assert len(_environ_writes(planted)) == 2
     finally:
         planted.unlink()
+
+
+def test_every_module_says_what_it_must_not_do():
+    """The map's detail: each module's opening docstring says what it owns and what it
+    must not do (`__main__` shims aside)."""
+    import ast
+
+    silent = []
+    for path in sorted((REPO / "tfyarn").rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if path.name != "__main__.py" and "must not" not in doc.lower() \
+                and "must never" not in doc.lower():
+            silent.append(str(path.relative_to(REPO)))
+    assert silent == []

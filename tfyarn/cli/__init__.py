@@ -1,2 +1,5 @@
 """The command line: click commands, el_submit flag parsing, job files. Nothing imports
-it."""
+it.
+
+Must not be imported by any other package (checked by import-linter).
+"""

@@ -2,6 +2,7 @@
 
 Every value is checked before anything is started: a bad one is one SpecError naming
 the flag and the fix (the CLI edge prints `Error: ...` and exits 2).
+Must not do I/O beyond checking that named paths exist: nothing is started here.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ el_submit's flags and runs them through the same parser as typed flags, so a fil
 checked exactly as flags are, and flags given beside the file override it. A value no
 flag can express (an edited `stop_grace_s`, a `containers:` entry) is refused by name,
 never silently dropped. Relative paths in the file are relative to the file's directory.
+Must not accept a value no flag can give (refused by name), nor write files.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Imports nothing heavy at module level: skein, grpc, hdfs and tensorflow load only inside
 the commands that need them, so `el_submit --help` stays instant.
+Must not hold logic of its own beyond turning flags into calls and errors into one line
+and an exit code.
 """
 
 from __future__ import annotations
@@ -331,7 +333,7 @@ def skein_driver_cmd(action: str, conf: str | None, principal: str | None,
                                                              keytab=keytab))
 
 
-_old_name = copy.copy(skein_driver_cmd)  # `tfyarn driver ...`, its first name: still works, unlisted
+_old_name = copy.copy(skein_driver_cmd)  # `tfyarn driver ...`, its first name: works, unlisted
 _old_name.hidden = True
 tfyarn.add_command(_old_name, "driver")
 

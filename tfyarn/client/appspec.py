@@ -5,6 +5,7 @@ skein service (`ps-0`, `chief-0`, `worker-1`, ...) with one instance, so the lau
 told its tasks explicitly in its script, and its attempt through TFYARN_ATTEMPT (set by
 the driver when it adds a restarted gang's containers): skein renumbers added
 containers, and an identity derived from the container would silently change.
+Must not do I/O: staging has done it, and the spec is a function of what it gave.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ and how they react to signals is one code path: the one `say`, the id on stdout,
 news read from the job's store (job page, TensorBoard, a restart), the escalation from
 an orderly stop to a forced one (one grace period, `timing.STOP_ASK_WAIT_S`), and the
 JobFailed an ending becomes.
+Must not know which backend it serves beyond the store both share.
 """
 
 from __future__ import annotations

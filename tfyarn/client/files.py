@@ -6,6 +6,7 @@ file is refused with an error naming it. Default excludes apply everywhere. Loca
 copies the files once per job and links their top-level entries into each task dir
 (symlinks to one shared copy, as YARN links localized resources into a container's
 working dir); YARN uploads files and dir archives.
+Must not copy or upload: it decides what ships, staging and local mode carry it.
 """
 
 from __future__ import annotations

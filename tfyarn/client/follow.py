@@ -12,6 +12,7 @@ each poll asks only for the tail not shown yet. A few seconds after the applicat
 the NodeManager forgets its containers (404 "Unknown container"); what was not shown by
 then is taken from `yarn logs` (the same frame, per file). Lines get a `[task] ` prefix, as
 in local mode (a container of several tasks prefixes its lines itself).
+Must not change the application: it reads logs only.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ keeps that, so `kill -INT` from cron or Oozie would do nothing. Before anything 
 signal aborts at once (`Interrupted`); once processes or an application exist, signals
 are only recorded and the backend's loop acts on them: the first asks for an orderly
 stop, the second kills at once, later ones are ignored, so clean-up is never cut short.
+Must not install handlers outside the main thread, nor exit the process itself.
 """
 
 from __future__ import annotations

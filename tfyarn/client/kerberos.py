@@ -6,6 +6,7 @@ deep in skein's Java driver, after staging, with a Java stack trace. Here it is 
 `Error:` line (exit 2) naming the principal and what to run. Owns: reading a keytab's
 principals (MIT's file format, no JVM), asking the ticket cache (`klist`, where MIT's
 tools are), and the words of those errors.
+Must not run kinit into the user's own ticket cache, nor write the process environment.
 """
 
 from __future__ import annotations

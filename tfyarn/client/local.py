@@ -7,6 +7,7 @@ stdout carries only the job id. Whatever way the job ends (success, failure, Ctr
 SIGTERM, SIGHUP, the client SIGKILLed), nothing carrying its TFYARN_JOB_ID survives:
 the launchers contain their trees, the driver ends the job when the client dies, and the
 client sweeps what is left when it can.
+Must not decide the job's outcome: the driver does, and the client reads its status.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ Kerberized cluster an RM that answers 401 `Negotiate` is asked again with a SPNE
 (`hdfs.spnego`) of the client's login. Raises `Unavailable` where REST cannot serve (no
 configuration, no answer, no GSS-API library here), and the caller falls back to skein;
 a login that cannot make a token is the caller's error (`spnego.NegotiateRefused`).
+Must not write to the cluster: reports and lists only (a kill goes through skein).
 """
 
 from __future__ import annotations

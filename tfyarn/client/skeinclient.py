@@ -6,6 +6,8 @@ per call, or the warm one `tfyarn skein-driver start` leaves running for a confi
 giving it the Hadoop configuration by its classpath (never by this process's
 environment), and turning skein's failures into one line that says what to run next.
 Runs on the gateway only: nothing in a container imports it.
+Must not write this process's environment or global hooks (a notebook's kernel outlives
+many submits).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """The YARN client's staging: the job JSON, `-f` dirs packed as archives, the HDFS cache,
-and the site defaults; local I/O only, before anything is submitted."""
+and the site defaults; local I/O only, before anything is submitted.
+
+Must not submit anything: it prepares what skein uploads.
+"""
 
 from __future__ import annotations
 

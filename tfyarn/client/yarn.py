@@ -4,6 +4,7 @@ Thin on purpose: what runs the job is the same driver (in the ApplicationMaster)
 launchers (in the containers) as local mode; this module only talks to YARN, through
 `skeinlink` (the one module that touches skein) and the RM's REST API where that serves
 without a JVM. What both backends tell the user lives in `common`.
+Must not import skein (that is `skeinclient`), nor write the process environment.
 """
 
 from __future__ import annotations

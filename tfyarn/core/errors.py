@@ -2,6 +2,7 @@
 
 Exit codes live here too, in the one table both backends use: an error carries the code
 the CLI exits with, so the table sits with the errors (nothing here imports the rest).
+Must not import the rest of tfyarn.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ The same JSON the client writes is what the driver and every launcher read, so a
 means exactly one thing everywhere. Stdlib only: the CLI reads flags (cli/elsubmit.py)
 and job files (cli/jobfile.py) into it; the driver, the launchers and the YARN spec
 builder read its JSON.
+Must not do I/O: paths are checked where flags are parsed.
 """
 
 from __future__ import annotations

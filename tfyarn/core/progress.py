@@ -1,6 +1,9 @@
 """Progress of the client's long steps on stderr: copying or packing `-f`, uploading to
 HDFS or through skein, unpacking an env. Small steps stay quiet; a big one says what it
-does, then bytes done and the rate every PROGRESS_S, then how long it took."""
+does, then bytes done and the rate every PROGRESS_S, then how long it took.
+
+Must not say anything when stderr is not a terminal beyond its final line.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 stdout is reserved for the job/application id; every process of a job (client, driver,
 launchers, TensorBoard side task) speaks through this, naming itself (`who`) when it is
 not the client. A closed or broken stderr is never an error.
+Must not write to stdout: it carries ids only.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The process environment, read once into one object and passed down from there."""
+"""The process environment, read once into one object and passed down from there.
+
+Must not write the environment.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Topology (which TF task types a job has) and cluster spec -> TF_CONFIG. Stdlib only."""
+"""Topology (which TF task types a job has) and cluster spec -> TF_CONFIG. Stdlib only.
+
+Must not do I/O.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 Job-level knobs a user can set (-wait_time, --timeout, --heartbeat-timeout) have their
 defaults here; the JobSpec carries the chosen values to every process.
+Must not hold anything but numbers.
 """
 
 from __future__ import annotations

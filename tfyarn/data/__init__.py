@@ -1,6 +1,9 @@
 """Training data from Spark to tasks: Example/TFRecord encoding, committed datasets
 (a manifest as the commit point), and what tasks read: `tfyarn.data.dataset()` (tf.data)
-and `tfyarn.data.rows()` (plain Python, for PyTorch and Horovod)."""
+and `tfyarn.data.rows()` (plain Python, for PyTorch and Horovod).
+
+Must not import TensorFlow or Spark at import time: each loads where it is used.
+"""
 
 from tfyarn.data.read import dataset, rows
 

@@ -5,6 +5,7 @@ import) to do it. An Example is a small protobuf, written here field by field: t
 equal TF's own `Example.SerializeToString(deterministic=True)`, and a
 TFRecord file is TF's framing (length, masked CRC-32C of the length, data, masked CRC-32C
 of the data), readable by `tf.data.TFRecordDataset`.
+Must not import TensorFlow: the bytes are built and parsed by hand.
 """
 
 from __future__ import annotations

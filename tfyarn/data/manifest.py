@@ -7,6 +7,7 @@ refuse it. Readers read only the files the manifest names, so a retried or specu
 Spark task's extra file is never read, and a rerun that replaces the manifest in one
 rename switches readers from the old generation to the new one whole.
 Stdlib only (the gateway's `--data` check and the tasks' readers use it).
+Must not do I/O: reading and writing the file is the callers'.
 """
 
 from __future__ import annotations

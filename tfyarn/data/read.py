@@ -10,6 +10,7 @@ Who reads:
 A TFRecord dataset is a `TFRecordDataset`, whose iterator state a `tf.train.Checkpoint`
 saves (a restarted job resumes where it stopped). Parquet is read through pyarrow, one
 row group at a time, never a whole file in memory.
+Must not read a shard another task reads, nor skip one: the split is the manifest's.
 """
 
 from __future__ import annotations

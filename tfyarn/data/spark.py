@@ -16,6 +16,7 @@ file name, row count, size and CRC. It then writes the manifest last, through Sp
 own Hadoop FileSystem: a temp file, then one rename that overwrites. A task retried or
 run twice (speculation) writes a file of its own name, which no manifest names, and
 which is deleted after the commit.
+Must not leave a dataset half-written under its name: the manifest is the commit point.
 """
 
 from __future__ import annotations

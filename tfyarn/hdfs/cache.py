@@ -7,6 +7,7 @@ rename; a concurrent submit of the same archive either finds it or renames the s
 over it). Talks WebHDFS (no JVM; SPNEGO under Kerberos); where WebHDFS cannot serve (no
 configuration, a default filesystem other than HDFS), callers upload through skein as
 before and say so.
+Must not overwrite a cached archive: a name is its content's hash, written once.
 """
 
 from __future__ import annotations

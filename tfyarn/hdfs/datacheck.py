@@ -4,6 +4,7 @@ The seed's "Expect 15 fields but have 0 in record 0" is a blank line (UCI's adul
 ends with one); adult.test starts with a non-CSV line. Owns the pure check of lines
 (blank lines, field-count mismatches, header-like lines, with line numbers) and reading
 local or hdfs:// files for it (hdfs:// over WebHDFS, address from HADOOP_CONF_DIR).
+Must not change the files it checks.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ Hadoop's jars on CLASSPATH (`hadoop classpath --glob`: libhdfs's JVM does not ex
 wildcards), libhdfs.so, and a JVM. It mirrors what tasks get from
 `client.appspec.HADOOP_ENV`, in Python, for processes that tfyarn does not launch (Spark's
 executors).
+Must not be imported on the gateway's hot paths: it starts a JVM.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 Sits in the hdfs layer, below the client: WebHDFS, the HDFS cache and the RM REST client
 all read the same HADOOP_CONF_DIR.
+Must not write the site's own configuration: amended copies only, in dirs of tfyarn's own.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ Owns making a `Negotiate` header for a host from the ticket cache, or from a key
 without touching any ticket cache (a memory cache of this process), and saying in words
 why that failed. Nothing here changes process-wide state: KRB5_CONFIG and KRB5CCNAME are
 read by the library from the environment as it is.
+Must not write a ticket cache or the process environment: a keytab's login lives in this
+process's memory.
 """
 
 from __future__ import annotations

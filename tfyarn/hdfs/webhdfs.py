@@ -7,6 +7,7 @@ client's login; the DataNodes then take the delegation token the NameNode puts i
 redirect), and turning the `hdfs` package's and requests' failures into HdfsUnavailable
 (`failing_as`). Used where the client reads HDFS (check-data, --data, local mode's
 `-f hdfs://`, the HDFS cache); tasks read HDFS through libhdfs.
+Must not start a JVM (that is `jni`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ prefix (`gang/<g>/`, see `Scoped`), so a new gang never reads an address, an exi
 stop request of an earlier one. Gangs are numbered 0, 1, ... per job: a restart starts a
 new attempt with a new gang; on YARN a gang that gave its containers back before it ran
 is followed by a new gang of the same attempt.
+Must not build or parse records' JSON (`core.records`), nor decide anything about the job.
 """
 
 from __future__ import annotations

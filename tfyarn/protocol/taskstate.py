@@ -6,6 +6,7 @@ attempt's prefix, see `kv`): `addr/<t>` (registered), `started/<t>` (the user pr
 runs), `beat/<t>` (heartbeat counter), `exit/<t>` (its exit record), `lost/<t>` (its
 launcher died or went silent: written by the driver or the local client). The job-wide `tasks` key
 lists every task of the job, so a task that never registered is shown as waiting.
+Must not write to the store nor decide the outcome (`core.policy` does, from what it reads).
 """
 
 from __future__ import annotations

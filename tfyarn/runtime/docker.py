@@ -11,6 +11,7 @@ Two runtimes (`docker: runtime:` in tfyarn.yaml; the client resolves `auto`):
 Owns: the `docker run` argv (a pure function), whether this node can run docker (and
 what to ask its admins for), the mounts a task's working dir needs, and the memory-kill
 check of an ended container. Removing containers is containment: `system/tree.py`.
+Must not decide a job's outcome, nor remove containers itself (containment: `system/tree.py`).
 """
 
 from __future__ import annotations

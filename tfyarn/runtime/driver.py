@@ -8,6 +8,7 @@ status. On YARN it runs as skein's `master.script` in the
 ApplicationMaster, so a job ends right even when the client that submitted it is gone;
 locally it notices a dead client and ends the job. The rules themselves are pure
 (`tfyarn.core.policy`); this module only gathers what they need and carries them out.
+Must not run user code, nor ask which backend it runs on (`runtime/site.py` owns that).
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ on each backend and reports what the backend knows about the gang's containers:
     TFYARN_GANG and TFYARN_ATTEMPT in their env), and skein's container states say how
     many YARN has given (a gang that waits) and which of them YARN ended (preempted,
     lost node, memory kill) before their launcher could report.
+Must not decide whether a gang starts (the driver and `core.policy` do).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ prints its URL. Every request reads the job's store afresh, so the page always s
 the store says: job name, app type, state and elapsed time, each task's address, state,
 exit code or reason, attempt and log link, the failing task's stderr tail, earlier
 attempts, and TensorBoard's link. Links are relative, so the proxy path keeps working.
+Must not write to the store or decide anything: it shows what `taskstate` reads.
 """
 
 from __future__ import annotations

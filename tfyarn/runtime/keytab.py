@@ -8,6 +8,8 @@ ApplicationMaster) and the launcher logs the tasks in themselves: `kinit -kt` in
 ticket cache in the container's work dir, renewed every KEYTAB_RELOGIN_S, and the tasks'
 Hadoop clients use it instead of the token file (Hadoop's client re-reads the cache when
 a connection's login fails). Owns that login; the client side is `client.appspec`.
+Must not touch the user's own ticket cache, nor keep a password or keytab anywhere but
+the container's private dir.
 """
 
 from __future__ import annotations

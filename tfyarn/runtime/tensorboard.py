@@ -6,6 +6,7 @@ environment, publishes its URL once it answers HTTP 200 (or why it did not start
 stops it once the job has its final status, after --tensorboard-linger. It is not part of
 TF_CONFIG and never decides the job's outcome. Contained like a launcher: it is the child
 subreaper, and a watchdog ends TensorBoard if this process is SIGKILLed.
+Must not hold the job up: TensorBoard that fails to start is told, and the job goes on.
 """
 
 from __future__ import annotations

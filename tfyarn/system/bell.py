@@ -10,6 +10,7 @@ connects is rung at once, so a put between its last look and its connection is n
 missed. The driver's end closes every connection: listeners wake, and fall back to
 polling. It keeps at most half the process's descriptors for listeners (the driver must
 still open the store's files); waiters beyond that poll.
+Must not carry data: a ring says only "look again", the store holds the values.
 """
 
 from __future__ import annotations

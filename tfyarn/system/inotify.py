@@ -6,6 +6,7 @@ re-reading every file on a timer: at 512 tasks a 0.1 s rescan was most of a job'
 CPU. One descriptor per process: the kernel allows few (fs.inotify.max_user_instances,
 often 128), so launchers, of which there can be hundreds, never take one. Where inotify is
 missing or refused, `DirWatch.open` returns None and the caller polls instead.
+Must not know what the files mean; a caller without inotify polls.
 """
 
 from __future__ import annotations

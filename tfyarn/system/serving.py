@@ -3,6 +3,7 @@
 `serve_forever` wakes every 0.5 s to look for a shutdown request, and `shutdown()` waits
 for that wake-up: a third of a second at the end of every job, for nothing. Here the
 serving loop also watches a pipe, and `stop` writes to it.
+Must not know what it serves.
 """
 
 from __future__ import annotations

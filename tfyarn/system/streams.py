@@ -3,6 +3,7 @@
 Owns: `Sink` (a writer that drops a failed stream instead of dying) and `LinePump`
 (copies a child's pipe line by line, keeping its last lines for failure messages). Must
 not know about jobs, tasks or stores.
+Must not know about jobs, tasks or stores.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 When the task imports tensorflow, register tfyarn's hdfs:// plugin (tfyarn.hdfs.plugin), so user
 code reads hdfs:// paths unchanged. Then hand over to the environment's own sitecustomize,
 which this module would otherwise shadow. Costs nothing in processes that never import TF.
+Must not fail the user's program: a hook that cannot load says so and steps aside.
 """
 
 import importlib.abc
