@@ -309,3 +309,18 @@ def test_the_hadoop_user_follows_hadoops_rule():
     assert hadoop_user({"USER": "someone-else"}) == me
     assert hadoop_user({"HADOOP_USER_NAME": "etl", "USER": "x"}) == "etl"
     assert hadoop_user({"CONTAINER_ID": "container_1_0001_01_000002", "USER": "alice"}) == "alice"
+
+
+def test_status_of_a_finished_12_worker_local_job_is_in_natural_order(el_submit):
+    """The finished job's table (`tfyarn status` reads the outcome record) lists ps,
+    chief, worker:0 ... worker:11 by number, as the running job's does."""
+    env = {**os.environ, "TMPDIR": str(el_submit.tmpdir)}
+    done = el_submit("-t", "tensorflow-ps", "-x", "False", "-wn", "13", "--local", "-c", "true",
+                     env={"TFYARN_KEEP_JOB_DIR": "1"}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    status = subprocess.run([sys.executable, "-m", "tfyarn", "status", done.stdout.strip(),
+                             "--tasks"], capture_output=True, text=True, env=env, timeout=60)
+    assert status.returncode == 0, status.stderr
+    table = status.stdout.split("tasks:\n", 1)[1].splitlines()
+    assert [line.split()[0] for line in table] == [
+        "ps:0", "chief:0", *(f"worker:{i}" for i in range(12))]
