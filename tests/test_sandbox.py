@@ -138,7 +138,7 @@ def test_a_daemon_that_cannot_start_is_named_and_nothing_is_left(tmp_path, sandb
     second = tmp_path / "second"
     out = sandbox_cmd("start", env={"TFYARN_SANDBOX": str(second)})
     assert out.returncode == 1
-    assert re.search(r"the (namenode|datanode|resourcemanager|nodemanager) died while starting",
+    assert re.search(r"the (namenode|datanode|resourcemanager|nodemanager\d*) died while starting",
                      out.stderr), out.stderr
     assert "BindException" in out.stderr or "Address already in use" in out.stderr, out.stderr
     assert "nothing of the sandbox is left running" in out.stderr
