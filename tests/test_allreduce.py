@@ -12,7 +12,7 @@ import pytest
 import yaml
 from conftest import REPO, job_processes, py
 
-from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+from tfyarn.api.options import ElSubmitArgs, from_el_submit
 from tfyarn.client import appspec
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.tfconfig import (
@@ -85,13 +85,13 @@ def test_device_placement():
 
 
 def test_containers_for_wnpg_and_ppn(tmp_path):
-    s = spec(tmp_path, app_type="tensorflow-worker", worker_num="4", workers_per_gpu="2",
+    s = spec(tmp_path, kind="tensorflow-worker", workers="4", workers_per_gpu="2",
              worker_gpus="1")
     assert [(c.name, [str(t) for t in c.tasks], c.resources.gpus) for c in s.containers()] == [
         ("workers-0", ["worker:0", "worker:1"], 1), ("workers-1", ["worker:2", "worker:3"], 1)]
-    m = spec(tmp_path, app_type="tensorflow-mpi", worker_num="3", procs_per_node="2")
+    m = spec(tmp_path, kind="tensorflow-mpi", workers="3", procs_per_node="2")
     assert len(m.tasks()) == 6 and [len(c.tasks) for c in m.containers()] == [2, 2, 2]
-    ps = spec(tmp_path, app_type="tensorflow-ps", ps_num="2", worker_num="2")
+    ps = spec(tmp_path, kind="tensorflow-ps", ps="2", workers="2")
     assert [c.name for c in ps.containers()] == ["ps-0", "ps-1", "chief-0", "worker-0"]
 
 
@@ -126,14 +126,14 @@ def test_ppn_and_wnpg_misuse_is_one_line(el_submit, args, flag):
 def test_yarn_services_per_container(tmp_path):
     (tmp_path / "job.json").write_text("{}")
     staged = appspec.Staged(str(tmp_path / "job.json"))
-    s = spec(tmp_path, app_type="tensorflow-mpi", worker_num="2", procs_per_node="2",
+    s = spec(tmp_path, kind="tensorflow-mpi", workers="2", procs_per_node="2",
              worker_gpus="2", worker_memory="4g")
     app = appspec.application_dict(s, staged, appspec.ClusterDefaults())
     assert set(app["services"]) == {"workers-0", "workers-1"}
     svc = app["services"]["workers-1"]
     assert svc["resources"] == {"memory": 4096, "vcores": 1, "gpus": 2}  # per container
     assert "--tasks worker:2,worker:3 --gpus auto --kv skein:" in svc["script"]
-    one = appspec.application_dict(spec(tmp_path, app_type="pytorch", worker_num="2"), staged,
+    one = appspec.application_dict(spec(tmp_path, kind="pytorch", workers="2"), staged,
                                    appspec.ClusterDefaults())
     assert set(one["services"]) == {"worker-0", "worker-1"}
 

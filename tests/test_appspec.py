@@ -10,7 +10,7 @@ import tarfile
 import pytest
 import skein
 
-from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+from tfyarn.api.options import ElSubmitArgs, from_el_submit
 from tfyarn.client import appspec, staging
 from tfyarn.core.errors import SpecError
 from tfyarn.core.settings import Settings
@@ -30,8 +30,8 @@ def build(spec, tmp_path, defaults: appspec.ClusterDefaults | None = None):
 
 def test_seed_job_spec(tmp_path):
     (tmp_path / "census_single.py").write_text("print(1)\n")
-    spec = job(tmp_path, app_type="tensorflow-ps", app_name="wide_and_deep", exit_ps="True",
-               files="./", ps_num="1", ps_cores="1", ps_memory="2000", worker_num="1",
+    spec = job(tmp_path, kind="tensorflow-ps", name="wide_and_deep", exit_ps="True",
+               files="./", ps="1", ps_cores="1", ps_memory="2000", workers="1",
                worker_cores="1", worker_gpus="1", worker_memory="2000", queue="ml",
                node_label="gpu", am_memory="2g", tags=("team-a",))
     _, app = build(spec, tmp_path)
@@ -58,10 +58,10 @@ def test_seed_job_spec(tmp_path):
 
 
 @pytest.mark.parametrize(("kw", "services"), [
-    ({"app_type": "tensorflow-ps", "ps_num": "2", "worker_num": "3"},
+    ({"kind": "tensorflow-ps", "ps": "2", "workers": "3"},
      {"ps-0", "ps-1", "chief-0", "worker-0", "worker-1"}),
-    ({"app_type": "tensorflow-worker", "worker_num": "3"}, {"worker-0", "worker-1", "worker-2"}),
-    ({"app_type": "standalone"}, {"worker-0"}),
+    ({"kind": "tensorflow-worker", "workers": "3"}, {"worker-0", "worker-1", "worker-2"}),
+    ({"kind": "standalone"}, {"worker-0"}),
 ])
 def test_every_app_type(tmp_path, kw, services):
     _, app = build(job(tmp_path, **kw), tmp_path)
@@ -244,10 +244,10 @@ def test_docker_runtime_auto_follows_the_clusters_yarn_site(tmp_path):
 
 
 def test_f_from_hdfs_is_localized_by_yarn_not_uploaded(tmp_path):
-    from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+    from tfyarn.api.options import ElSubmitArgs, from_el_submit
     from tfyarn.client import staging
 
-    spec = from_el_submit(ElSubmitArgs(command=("true",), app_type="standalone",
+    spec = from_el_submit(ElSubmitArgs(command=("true",), kind="standalone",
                                        files="hdfs://nn:9000/ml/code,hdfs:///ml/adult.data"),
                           str(tmp_path))
     stage_dir = tmp_path / "stage"
@@ -259,7 +259,7 @@ def test_f_from_hdfs_is_localized_by_yarn_not_uploaded(tmp_path):
 
 
 def test_tensorboard_is_a_side_service(tmp_path):
-    spec = job(tmp_path, app_type="tensorflow-worker", worker_num="2", enable_tensorboard="True",
+    spec = job(tmp_path, kind="tensorflow-worker", workers="2", enable_tensorboard="True",
                log_tensorboard="hdfs:///user/me/tb")
     _, app = build(spec, tmp_path)
     tb = app["services"]["tensorboard"]
@@ -268,5 +268,5 @@ def test_tensorboard_is_a_side_service(tmp_path):
     assert spec.tensorboard_dir == "hdfs:///user/me/tb"
     assert [c.name for c in spec.containers()] == ["worker-0", "worker-1"]  # not a task
     skein.ApplicationSpec.from_dict(app)
-    _, plain = build(job(tmp_path, app_type="standalone"), tmp_path)
+    _, plain = build(job(tmp_path, kind="standalone"), tmp_path)
     assert "tensorboard" not in plain["services"]

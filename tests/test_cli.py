@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from tfyarn.cli.elsubmit import OPTIONS
+from tfyarn.api.options import OPTIONS
 from tfyarn.cli.main import split_command
 from tfyarn.core.jobspec import JobSpec
 

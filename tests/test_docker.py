@@ -99,11 +99,11 @@ def test_yarns_runtime_is_told_by_the_nodemanager_among_the_ancestors():
 
 
 def test_a_docker_memory_kill_is_told_and_permanent():
-    from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+    from tfyarn.api.options import ElSubmitArgs, from_el_submit
     from tfyarn.core.policy import memory_end
     from tfyarn.core.records import TaskEnd
 
-    spec = from_el_submit(ElSubmitArgs(command=("true",), app_type="standalone"), ".")
+    spec = from_el_submit(ElSubmitArgs(command=("true",), kind="standalone"), ".")
     rec = memory_end(TaskEnd(137, time=1.0), "-wm", 1024, 1024)
     out = decide(spec, {Task("worker", 0): rec})
     assert out is not None and out.cause == "permanent"

@@ -10,21 +10,21 @@ import sys
 import pytest
 import yaml
 
-from tfyarn.cli import jobfile
-from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+from tfyarn.api import jobfile
+from tfyarn.api.options import ElSubmitArgs, from_el_submit
 from tfyarn.core.errors import SpecError
 
 FLAG_SETS = [  # what users type, across app types and the flags a file must carry
-    dict(app_type="tensorflow-ps", app_name="wd", exit_ps="True", files="./", ps_num="2",
-         ps_cores="2", ps_memory="2g", worker_num="3", worker_cores="2", worker_gpus="1",
+    dict(kind="tensorflow-ps", name="wd", exit_ps="True", files="./", ps="2",
+         ps_cores="2", ps_memory="2g", workers="3", worker_cores="2", worker_gpus="1",
          worker_memory="1500", env=("A=1", "B=x=y"), timeout="60", queue="q", tags=("t1",),
          wait_time="3", heartbeat_timeout="45", am_memory="2048", am_vcores="2"),
-    dict(app_type="tensorflow-worker", worker_num="4", worker_gpus="1", workers_per_gpu="2",
+    dict(kind="tensorflow-worker", workers="4", worker_gpus="1", workers_per_gpu="2",
          max_restarts="2", restart_on="any", checkpoint_dir="ckpt", files="data,train.py"),
-    dict(app_type="pytorch", worker_num="2", procs_per_node="2", python="/opt/py/bin/python3",
+    dict(kind="pytorch", workers="2", procs_per_node="2", python="/opt/py/bin/python3",
          node_label="gpu", force=True),
-    dict(app_type="tensorflow-mpi", worker_num="3", procs_per_node="4", files="data/."),
-    dict(app_type="standalone", enable_tensorboard="True", log_tensorboard="tb",
+    dict(kind="tensorflow-mpi", workers="3", procs_per_node="4", files="data/."),
+    dict(kind="standalone", enable_tensorboard="True", log_tensorboard="tb",
          tensorboard_linger="5", files="hdfs://nn:8020/user/me/data"),
 ]
 
@@ -42,7 +42,7 @@ def write(spec, path) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("flags", FLAG_SETS, ids=lambda f: f["app_type"])
+@pytest.mark.parametrize("flags", FLAG_SETS, ids=lambda f: f["kind"])
 def test_flags_to_file_and_back_give_the_same_job(workdir, tmp_path_factory, flags):
     spec = from_el_submit(ElSubmitArgs(command=("python", "train.py", "--x", "1"), **flags),
                           str(workdir))
@@ -64,7 +64,7 @@ def test_typed_flags_override_the_file(workdir):
     spec = from_el_submit(ElSubmitArgs(command=("python", "train.py"), **FLAG_SETS[0]),
                           str(workdir))
     path = write(spec, workdir / "job.yaml")
-    over = jobfile.with_flags(path, {"worker_num": "5", "worker_memory": "3g",
+    over = jobfile.with_flags(path, {"workers": "5", "worker_memory": "3g",
                                      "command": ("python", "other.py")}, str(workdir))
     assert over.role("worker").instances == 4 and over.role("chief").resources.memory_mb == 3072
     assert over.command == "python other.py" and over.role("ps") == spec.role("ps")

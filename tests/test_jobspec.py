@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit, join_command, parse_memory
+from tfyarn.api.options import ElSubmitArgs, from_el_submit, join_command, parse_memory
 from tfyarn.core import tfconfig
 from tfyarn.core.errors import SpecError
 from tfyarn.core.jobspec import JobSpec
@@ -19,9 +19,9 @@ def spec(tmp_path, **kw) -> JobSpec:
 
 
 def test_seed_command_maps_to_ps_and_chief(tmp_path):
-    s = spec(tmp_path, app_type="tensorflow-ps", app_name="wide_and_deep", mode="local",
-             exit_ps="True", files="./", ps_num="1", ps_cores="1", ps_memory="2000",
-             worker_num="1", worker_cores="1", worker_gpus="1", worker_memory="2000")
+    s = spec(tmp_path, kind="tensorflow-ps", name="wide_and_deep", mode="local",
+             exit_ps="True", files="./", ps="1", ps_cores="1", ps_memory="2000",
+             workers="1", worker_cores="1", worker_gpus="1", worker_memory="2000")
     assert [(r.name, r.instances) for r in s.roles] == [("ps", 1), ("chief", 1)]
     assert s.role("chief").resources.gpus == 1 and s.role("ps").resources.gpus == 0
     assert s.role("ps").resources.memory_mb == 2000 and s.stop_ps_when_done
@@ -35,7 +35,7 @@ def test_seed_command_maps_to_ps_and_chief(tmp_path):
     ("standalone", None, "1", [("worker", 1)]),
 ])
 def test_topologies(tmp_path, app_type, pn, wn, expected):
-    s = spec(tmp_path, app_type=app_type, ps_num=pn, worker_num=wn)
+    s = spec(tmp_path, kind=app_type, ps=pn, workers=wn)
     assert [(r.name, r.instances) for r in s.roles] == expected
 
 
@@ -46,14 +46,14 @@ def test_memory_units(text, mb):
 
 
 @pytest.mark.parametrize(("kw", "flag"), [
-    ({"ps_num": "-1"}, "-pn"), ({"worker_num": "0"}, "-wn"), ({"worker_memory": "abc"}, "-wm"),
-    ({"app_type": "tensorflow"}, "-t"), ({"app_type": "standalone", "worker_num": "2"}, "-wn"),
+    ({"ps": "-1"}, "-pn"), ({"workers": "0"}, "-wn"), ({"worker_memory": "abc"}, "-wm"),
+    ({"kind": "tensorflow"}, "-t"), ({"kind": "standalone", "workers": "2"}, "-wn"),
     ({"exit_ps": "maybe"}, "-x"), ({"command": ()}, "-c"), ({"files": "nope.py"}, "-f"),
     ({"mode": "docker"}, "-m docker"), ({"mode": "virtual-env", "mode_arg": "gone.tgz"}, "-m_arg"),
     ({"env": ("NOEQUALS",)}, "--env"), ({"wait_time": "0"}, "-wait_time"),
-    ({"app_type": "pytorch", "workers_per_gpu": "2"}, "-wnpg"), ({"workers_per_gpu": "2"}, "-wnpg"),
+    ({"kind": "pytorch", "workers_per_gpu": "2"}, "-wnpg"), ({"workers_per_gpu": "2"}, "-wnpg"),
     ({"enable_tensorboard": "true"}, "-enable_tensorboard"), ({"timeout": "0"}, "--timeout"),
-    ({"app_type": "tensorflow-worker", "ps_num": "1"}, "-pn"), ({"conf": "nodir"}, "-conf"),
+    ({"kind": "tensorflow-worker", "ps": "1"}, "-pn"), ({"conf": "nodir"}, "-conf"),
 ])
 def test_bad_input_names_the_flag(tmp_path, kw, flag):
     with pytest.raises(SpecError) as err:
@@ -68,7 +68,7 @@ def test_bool_spellings(tmp_path, value):
 
 def test_json_round_trip(tmp_path):
     (tmp_path / "data").mkdir()
-    s = spec(tmp_path, app_type="tensorflow-ps", ps_num="2", worker_num="3", files="data",
+    s = spec(tmp_path, kind="tensorflow-ps", ps="2", workers="3", files="data",
              env=("A=1", "B=x=y"), timeout="60", queue="q", tags=("t1",), worker_gpus="2")
     assert JobSpec.from_json(s.to_json()) == s
     assert dict(s.env) == {"A": "1", "B": "x=y"} and s.files[0].dest == "data"

@@ -66,11 +66,11 @@ def test_the_jvm_reads_the_krb5_conf_that_krb5_config_names():
 
 
 def test_a_keytab_job_names_its_principal_and_ships_the_keytab(tmp_path):
-    from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+    from tfyarn.api.options import ElSubmitArgs, from_el_submit
     from tfyarn.client import appspec, staging
     from tfyarn.runtime import keytab
 
-    spec = from_el_submit(ElSubmitArgs(command=("true",), app_type="standalone"), str(tmp_path))
+    spec = from_el_submit(ElSubmitArgs(command=("true",), kind="standalone"), str(tmp_path))
     assert staging.keytab_job(spec, None, None) is spec
     job = staging.keytab_job(spec, "alice@TFYARN.TEST", str(KRB / "alice.keytab"))
     assert (keytab.PRINCIPAL_VAR, "alice@TFYARN.TEST") in job.env

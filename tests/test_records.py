@@ -87,7 +87,7 @@ def test_a_launcher_of_another_version_fails_the_job_by_name(tmp_path):
     out = run(spec, store)
     assert out.state == "FAILED" and out.cause == "permanent" and out.attempt == 0
     assert out.message.startswith("worker:0: exit/worker:0 was written in tfyarn's store "
-                                  "format 0, and this tfyarn reads format 1")
+                                  f"format 0, and this tfyarn reads format {FORMAT}")
     row = taskstate.current(store)[2][0]
     assert row.state is taskstate.State.FAILED and "store format 0" in row.detail()
 

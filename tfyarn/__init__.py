@@ -1,6 +1,23 @@
-"""tfyarn: TensorFlow (and friends) on Hadoop YARN with an el_submit-compatible CLI.
+"""tfyarn: TensorFlow (and friends) on Hadoop YARN with an el_submit-compatible CLI, and a
+Python API (`tfyarn.submit`, `tfyarn.attach`, `Job`: see `tfyarn.api`).
 
+The API's names load on first use, so every task's `import tfyarn` stays light.
 Must not import anything heavy (skein, TensorFlow, a JVM): `el_submit --help` stays instant.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
+API = ("submit", "attach", "run", "Job", "JobStatus", "JobFailed", "SpecError")
+
+
+def __getattr__(name: str) -> Any:
+    if name in API:
+        from tfyarn import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'tfyarn' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *API])

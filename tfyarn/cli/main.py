@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import click
 
 from tfyarn import __version__
-from tfyarn.cli.elsubmit import OPTIONS
+from tfyarn.api.options import OPTIONS
 from tfyarn.client.interrupts import Interrupted, Interrupts
 from tfyarn.core.errors import EXIT_BAD_INPUT, SpecError, TfYarnError
 
@@ -102,82 +102,44 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool,
            job_file: str | None, **raw: Any) -> int:
     """Submit a TensorFlow job to YARN (or run it locally with --local), el_submit style;
     or a job file that --dry-run wrote: `tfyarn submit job.yaml`."""
-    from tfyarn.client import files as filesmod
+    from tfyarn.api.submit import ready
     from tfyarn.core.settings import Settings
 
     settings = Settings.from_environ()
     interrupts: Interrupts = ctx.obj["interrupts"]
     with edge():
         args, spec = _job(ctx.obj.get("command") or (), raw, job_option, job_file)
-        principal, keytab = args.principal, args.keytab
-        _login_pair(principal, keytab)
-        filesmod.inventory(spec.files, spec.yarn.max_upload_mb)
-        data_env = _check_data(spec, settings, args.conf, principal, keytab)
+        checked = ready(args, spec, settings)
         if dry_run:
-            from tfyarn.cli import jobfile  # YAML: loaded only where a job file is in play
+            from tfyarn.api import jobfile  # YAML: loaded only where a job file is in play
 
             click.echo(jobfile.dump(spec), nl=False)
             return 0
-        spec = dataclasses.replace(spec, env=(*spec.env, *data_env))
         interact = _interact(args, local, detach)
-        _warn_semantics(spec, args, local)
+        _warn_semantics(checked, args, local)
         if local:
-            return _run_local(spec, settings, interrupts)
+            return _run_local(checked, settings, interrupts)
         from tfyarn.client import yarn
 
-        return yarn.submit_and_watch(spec, yarn.ClientOptions(
-            conf_dir=args.conf, principal=principal, keytab=keytab, detach=detach,
+        return yarn.submit_and_watch(checked, yarn.ClientOptions(
+            conf_dir=args.conf, principal=args.principal, keytab=args.keytab, detach=detach,
             follow=interact, settings=settings), interrupts)
 
 
 def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
          job_file: str | None) -> tuple[Any, Any]:
     """The typed el_submit flags and the job they give; with a job file, the file's job
-    with the typed flags laid over it."""
-    from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+    with the typed flags laid over it (the API's one parser)."""
+    from tfyarn.api.submit import job_spec
 
     if job_option and job_file and job_option != job_file:
         raise SpecError(f"two job files ({job_file} and --job {job_option}); give one")
-    args = ElSubmitArgs(command=tuple(command), **raw)
-    path = job_option or job_file
-    if path is None:
-        return args, from_el_submit(args, os.getcwd())
-    from tfyarn.cli import jobfile
-
-    given = {k: v for k, v in raw.items() if v not in (None, (), False)}
-    if command:
-        given["command"] = tuple(command)
-    return args, jobfile.with_flags(path, given, os.getcwd())
-
-
-def _check_data(spec: Any, settings: Any, conf: str | None, principal: str | None,
-                keytab: str | None) -> tuple[tuple[str, str], ...]:
-    """--data: each path a committed dataset with a shard for every reading task, before
-    anything is submitted (under Kerberos as the submit's login); the tasks' env naming
-    them (and the first one's columns)."""
-    if not spec.data:
-        return ()
-    from tfyarn.client import kerberos
-    from tfyarn.data import read
-
-    login = kerberos.login(settings.conf_dir(conf), principal, keytab, settings.krb5_ccache)
-    readers = spec.readers
-    manifests = []
-    for path in spec.data:
-        try:
-            m = read.manifest(path, login)
-        except SpecError as exc:
-            raise SpecError(f"--data {exc}") from None
-        if len(m.shards) < readers:
-            raise SpecError(f"--data {path}: {len(m.shards)} shards for {readers} reading tasks "
-                            f"(chief and workers, or ranks); rewrite it with shards={readers} "
-                            "or more, or run fewer tasks")
-        manifests.append(m)
-    return ((read.DATA_VAR, ",".join(spec.data)), (read.SCHEMA_VAR, manifests[0].schema_json()))
+    return job_spec(job_option or job_file, command=tuple(command) if command else None,
+                    **raw)
 
 
 def _interact(args: Any, local: bool, detach: bool) -> bool:
-    from tfyarn.cli.elsubmit import parse_bool
+    from tfyarn.api.options import parse_bool
 
     interact = parse_bool("-interact", args.interact)
     if interact and detach:
@@ -230,8 +192,9 @@ conf_option = click.option("-conf", "--conf", "conf", metavar="DIR",
 
 
 def _login_pair(principal: str | None, keytab: str | None) -> None:
-    if bool(principal) != bool(keytab):
-        raise SpecError("--principal and --keytab go together; give both or neither")
+    from tfyarn.api.submit import login_pair
+
+    login_pair(principal, keytab)
 
 
 def cluster_options(fn: Any) -> Any:

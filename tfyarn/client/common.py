@@ -117,4 +117,5 @@ def interrupted(job: str, interrupts: Interrupts, where: str) -> JobFailed:
 def failed(outcome: Outcome, job: str, state: str, where: str) -> JobFailed:
     """The JobFailed of a job that did not succeed: how it ended, the deciding task's
     stderr excerpt, and where to read more."""
-    return JobFailed("\n".join([*outcome.describe(job, state), where]), exit_code(state))
+    return JobFailed("\n".join([*outcome.describe(job, state), where]), exit_code(state),
+                     outcome)

@@ -82,6 +82,8 @@ class RestClient:
                 if exc.code == 404:
                     raise NotFound(path) from None
                 last = exc
+            except spnego.NegotiateRefused:  # a SpecError (so a ValueError): the login's
+                raise
             except (urllib.error.URLError, OSError, ValueError) as exc:
                 last = exc
         raise Unavailable(f"ResourceManager REST API did not answer: {last}")

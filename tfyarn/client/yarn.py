@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -199,29 +199,38 @@ def app_store(client: Yarn, app_id: str) -> kvmod.SkeinKV | None:
 def submit_and_watch(spec: JobSpec, opts: ClientOptions,
                      interrupts: Interrupts | None = None) -> int:
     interrupts = interrupts or Interrupts()
+    with submitted(spec, opts, interrupts) as (client, app_id):
+        common.emit_id(app_id, "application id")
+        if opts.detach and not interrupts.count:  # a signal while submitting: kill it
+            say(f"submitted {app_id}; follow it with: tfyarn status {app_id} | tfyarn "
+                f"logs {app_id} | tfyarn kill {app_id}")
+            return 0
+        return Watcher(client, app_id, spec, interrupts, follow=opts.follow, opts=opts).run()
+
+
+@contextmanager
+def submitted(spec: JobSpec, opts: ClientOptions,
+              interrupts: Interrupts) -> Iterator[tuple[Yarn, str]]:
+    """Stage and submit the job; the YARN client (open until the block ends) and the
+    application id. Signals are only recorded from before the submit on: one during it
+    must not lose the id (the watcher's first step kills the application then)."""
     require_client(opts)
     settings, conf_dir = opts.settings, opts.hadoop_conf
     defaults = staging.load_defaults(settings, conf_dir)
     spec = staging.keytab_job(spec, opts.principal, opts.keytab)
-    with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:
-        staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir,
-                                   web_login(opts))
-        staged = staging.with_keytab(staged, opts.keytab)
-        app_spec = appspec.application_spec(spec, staged, defaults)
-        with yarn_client(opts) as client, interrupts.deferred():
-            # deferred from before the submit: a signal during it must not lose the app id
-            # (the watcher's first step kills the application then)
+    with ExitStack() as held:
+        with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:  # uploaded by then
+            staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir,
+                                       web_login(opts))
+            staged = staging.with_keytab(staged, opts.keytab)
+            app_spec = appspec.application_spec(spec, staged, defaults)
+            client = held.enter_context(yarn_client(opts))
+            held.enter_context(interrupts.deferred())
             upload = Progress("submitting; skein uploads what YARN localizes",
                               staging.local_bytes(staged))
             app_id = client.submit(app_spec, max(r.resources.gpus for r in spec.roles))
             upload.finish(done=upload.total)
-            common.emit_id(app_id, "application id")
-            if opts.detach and not interrupts.count:  # a signal while submitting: kill it
-                say(f"submitted {app_id}; follow it with: tfyarn status {app_id} | tfyarn "
-                    f"logs {app_id} | tfyarn kill {app_id}")
-                return 0
-            return Watcher(client, app_id, spec, interrupts, follow=opts.follow,
-                           opts=opts).run()
+        yield client, app_id
 
 
 def stop_application(client: Yarn, app_id: str, reason: str, escalation: common.Escalation) -> str:
@@ -423,10 +432,14 @@ class Watcher:
         self.view = StoreView(self.spec, self.follow, web_login(self.opts or ClientOptions()))
         self.reports = Reports(self.client, self.app_id)
 
-    def run(self) -> int:
+    def run(self, until: float | None = None) -> int:
+        """Until the application ended (or `until`, on the monotonic clock: then
+        TimeoutError, the application untouched)."""
         while True:
             if self.interrupts.count:
-                raise self._interrupted()
+                raise self.interrupted()
+            if until is not None and time.monotonic() > until:
+                raise TimeoutError(f"{self.app_id} still runs ({self.state or 'not started'})")
             rep = self.reports.next()
             if rep is not None:
                 self._state(rep)
@@ -456,7 +469,8 @@ class Watcher:
         except StoreGone:
             self.store = self.status_puts = None
 
-    def _interrupted(self) -> JobFailed:
+    def interrupted(self) -> JobFailed:
+        """Stop the application after a signal (a second one: at once); the error to end with."""
         words = self.interrupts.words()
         say(f"{words}: killing {self.app_id} (send it again to kill at once)")
         stop_application(self.client, self.app_id, f"{words} (el_submit)",
@@ -640,8 +654,7 @@ def _follow_logs(client: Yarn, app_id: str, task: str | None, opts: ClientOption
     live, reports = None, Reports(client, app_id)
     while True:
         if live is None and (app := client.connect(app_id)) is not None:
-            live = LiveLogs(app, getattr(sys.stdout, "buffer", None), task,
-                            functools.partial(http_get, login=web_login(opts)))
+            live = LiveLogs(app, getattr(sys.stdout, "buffer", None), task, live_get(opts))
         if live is not None:
             with suppress(StoreGone):  # the AM is gone: the report says how it ended
                 live.poll()
@@ -653,6 +666,11 @@ def _follow_logs(client: Yarn, app_id: str, task: str | None, opts: ClientOption
             say(f"{app_id} ended: {state}; all of it: tfyarn logs {app_id}")
             return 0
         time.sleep(LIVE_LOG_POLL_S)
+
+
+def live_get(opts: ClientOptions) -> Any:
+    """How live logs are fetched from the NodeManagers: HTTP, signed under Kerberos."""
+    return functools.partial(http_get, login=web_login(opts))
 
 
 @contextmanager

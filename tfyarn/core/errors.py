@@ -42,8 +42,9 @@ class TfYarnError(Exception):
     exit_code = EXIT_FAILED
 
 
-class SpecError(TfYarnError):
-    """Bad user input (a flag, a file, a value): nothing was started."""
+class SpecError(TfYarnError, ValueError):
+    """Bad user input (a flag, a file, a value): nothing was started. A ValueError too,
+    as Python callers of the API expect of a bad argument."""
 
     exit_code = EXIT_BAD_INPUT
 
@@ -56,11 +57,15 @@ class EnvironmentMissing(TfYarnError):
 
 
 class JobFailed(TfYarnError):
-    """The job ran and did not succeed; the message names the task and what to run next."""
+    """The job ran and did not succeed; the message names the task and what to run next;
+    `outcome` is the job's final record where its driver wrote one (a Python caller reads
+    the failing task from it)."""
 
-    def __init__(self, message: str, exit_code: int = EXIT_FAILED) -> None:
+    def __init__(self, message: str, exit_code: int = EXIT_FAILED,
+                 outcome: object = None) -> None:
         super().__init__(message)
         self.exit_code = exit_code
+        self.outcome = outcome
 
 
 class StoreGone(TfYarnError):

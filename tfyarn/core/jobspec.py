@@ -1,8 +1,8 @@
 """The job model: frozen dataclasses, validated when built, with a JSON round trip.
 
 The same JSON the client writes is what the driver and every launcher read, so a job
-means exactly one thing everywhere. Stdlib only: the CLI reads flags (cli/elsubmit.py)
-and job files (cli/jobfile.py) into it; the driver, the launchers and the YARN spec
+means exactly one thing everywhere. Stdlib only: the CLI reads flags (api/options.py)
+and job files (api/jobfile.py) into it; the driver, the launchers and the YARN spec
 builder read its JSON.
 Must not do I/O: paths are checked where flags are parsed.
 """

@@ -53,6 +53,25 @@ def stderr_excerpt(lines: Sequence[str]) -> tuple[str, ...]:
             *frames[-EXCERPT_FRAMES:], *after, *([f"... [{more} more lines]"] if more > 0 else []))
 
 
+# What a failed task's stderr excerpt shows that tfyarn can explain: words that must all
+# be on one line, and what the failure message adds. Keras 3 (tf.keras in TF >= 2.16)
+# fails `model.fit` under MultiWorkerMirroredStrategy and ParameterServerStrategy, and
+# Horovod's DistributedGradientTape on its variables; Keras 2 (tf-keras) runs them.
+KERAS_2 = ("Keras 3 cannot run this under a distribution strategy (or Horovod); Keras 2 "
+           "can: install tf-keras in the job's environment (pip install 'tfyarn[keras]') "
+           "and pass --env TF_USE_LEGACY_KERAS=1")
+HINTS: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("ValueError", "Attempt to convert a value (PerReplica"), KERAS_2),
+    (("AttributeError", "object has no attribute 'ref'"), KERAS_2),
+)
+
+
+def hint(tail: Sequence[str]) -> str:
+    """What to do about a failure whose stderr tfyarn recognizes (empty: none)."""
+    return next((f" ({words})" for needles, words in HINTS
+                 if any(all(n in line for n in needles) for line in tail)), "")
+
+
 # ---------------------------------------------------------------- task ends
 
 
@@ -241,8 +260,8 @@ def decide(spec: JobSpec, records: Mapping[Task, TaskEnd]) -> Outcome | None:
     if failed:
         _, _, task = min(failed)
         rec = records[task]
-        return Outcome("FAILED", describe_exit(task, rec), str(task), rec.code, rec.tail,
-                       cause=cause_of(rec))
+        return Outcome("FAILED", describe_exit(task, rec) + hint(rec.tail), str(task),
+                       rec.code, rec.tail, cause=cause_of(rec))
     n = len(spec.tasks())
     if len(records) == n:
         return Outcome("SUCCEEDED", f"all {plural(n, 'task')} exited with code 0")

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from tfyarn.core.errors import EnvironmentMissing
 
-FORMAT = 1  # bump when a record's fields change: older readers then refuse, by name
+FORMAT = 2  # bump when a record's fields change: older readers then refuse, by name
 FORMAT_KEY = "format"
 
 R = TypeVar("R", bound="Record")
@@ -111,7 +111,8 @@ class TaskEnd(Record):
     container it ended. `explained`: `reason` says it all (a docker memory kill, a node
     that cannot run the task, an expired token); `cause`: retryable or permanent where
     known better than the exit code says; `yarn`: YARN's exit message; `taken`: YARN took
-    the container back (preempted, lost node, disks)."""
+    the container back (preempted, lost node, disks); `result`: a `tfyarn.run` task's
+    pickled return value or exception, base64."""
 
     code: int | None
     reason: str = ""
@@ -126,6 +127,7 @@ class TaskEnd(Record):
     host: str = ""
     addr: str = ""
     rank: int | None = None
+    result: str = ""  # tfyarn.run: the function's return value or exception (callfn)
 
     @property
     def failed(self) -> bool:

@@ -43,6 +43,7 @@ TENSORBOARD = "tensorboard"  # records.TensorBoard: its URL once it answers, or 
 PAGE = "page"  # the job page's URL (on YARN: proxied through the ResourceManager)
 TENSORBOARD_DONE = "tensorboard_done"  # put by the TensorBoard side task when it ended
 TASKS = "tasks"  # records.JobTasks: every task of the job, put by the driver first
+JOB = "job"  # the JobSpec's own JSON, put by the driver first: a handle that attaches reads it
 
 
 # One gang's task keys, a dir per kind (`addr/worker:1`): whoever waits on one kind is

@@ -11,7 +11,7 @@ Must not write to the store nor decide the outcome (`core.policy` does, from wha
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -131,6 +131,13 @@ def _end(key: str, value: str) -> TaskEnd:
         return TaskEnd.from_json(value, key)
     except RecordError as exc:
         return TaskEnd(None, str(exc), explained=True, cause=PERMANENT)
+
+
+def ended(tasks: Mapping[str, TaskEnd]) -> list[TaskState]:
+    """The states of a finished attempt's tasks (an outcome's table), in natural order."""
+    snap = Snapshot(addrs={Task.parse(n): e.host for n, e in tasks.items() if e.host},
+                    exits={Task.parse(n): e for n, e in tasks.items()})
+    return snap.states()
 
 
 def job_tasks(store: kvmod.KV) -> list[Task] | None:

@@ -14,6 +14,7 @@ application at once on a failed service). Must not decide anything about the job
 from __future__ import annotations
 
 import argparse
+import base64
 import contextlib
 import functools
 import os
@@ -54,6 +55,7 @@ from tfyarn.hdfs import plugin as hdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import users_env
 from tfyarn.runtime import docker, keytab
+from tfyarn.runtime.callfn import RESULT_VAR
 from tfyarn.system import spawn, streams, tree
 
 TAG_VAR = "TFYARN_TASK_TAG"  # marks every process of one launcher's tree, for the watchdog
@@ -201,6 +203,11 @@ class Slot:
     rank: int | None = None
     container: str = ""  # -m docker: its docker container's name
     gpus: list[str] = field(default_factory=list)  # -m docker: the node's GPU ids it gets
+
+    @property
+    def result_file(self) -> str:
+        """Where a `tfyarn.run` task leaves its result (the working dir: docker mounts it)."""
+        return os.path.join(os.getcwd(), f".tfyarn-result-{self.task.type}-{self.task.index}")
 
 
 def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int],
@@ -365,6 +372,9 @@ class Launcher:
             env.update(thread_env(vcores, len(self.args.tasks), {**os.environ, **env}))
         env.update(run_env(self.args.attempt, checkpoint_dir(
             job.checkpoint_dir, job_id, self.settings.user), job.tensorboard_dir))
+        env[RESULT_VAR] = slot.result_file
+        if not self.in_docker:  # `tfyarn.run`'s tasks run on the launcher's own python
+            env.setdefault("TFYARN_PYTHON", sys.executable)
         k = len(self.args.tasks)
         env.update(device_env(devices, k, slot.index, shared=not job.allreduce))
         if self.in_docker:  # docker numbers the slot's GPUs from 0; no host paths in there
@@ -425,7 +435,7 @@ class Launcher:
             pump.join(timeout=2.0)
         tail = list(stderr_excerpt(list(slot.pumps[1].tail))) if slot.pumps else []
         record = TaskEnd(code, self.flag.reason or "", stopped=self.flag.reason is not None,
-                         tail=tuple(tail))
+                         tail=tuple(tail), result=_result(slot.result_file))
         if code and slot.pumps and slot.pumps[1].noticed and self.login is None:
             record = token_end(record)
         if slot.container:  # the daemon's child, not ours: removed here, whatever ended it
@@ -455,6 +465,15 @@ class Launcher:
                 say(f"launcher error: {exc!r}", task)
                 self.publish(task, "-:0", None,
                              TaskEnd(1, tail=(f"tfyarn launcher error: {exc!r}",)))
+
+
+def _result(path: str) -> str:
+    """A `tfyarn.run` task's pickled result, base64 (empty for a command's task)."""
+    try:
+        with open(path, "rb") as f:
+            return base64.b64encode(f.read()).decode()
+    except FileNotFoundError:
+        return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

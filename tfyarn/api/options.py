@@ -154,9 +154,9 @@ class ElSubmitArgs:
     the command line's options are made from it (`OPTIONS`); single-dash flags are
     el_submit's own, double-dash ones tfyarn's extensions (they never collide)."""
 
-    app_type: str | None = _flag("-t", "TYPE", "tensorflow-ps | tensorflow-worker | "
+    kind: str | None = _flag("-t", "TYPE", "tensorflow-ps | tensorflow-worker | "
                                  "tensorflow-mpi | standalone | pytorch (default tensorflow-ps)")
-    app_name: str | None = _flag("-a", "NAME", "application name (default tfyarn)")
+    name: str | None = _flag("-a", "NAME", "application name (default tfyarn)")
     mode: str | None = _flag("-m", "MODE", "local | virtual-env (virtualenv) | docker "
                              "(default local)")
     mode_arg: str | None = _flag("-m_arg", "ARG", "virtual-env: packed env .tar.gz (local path "
@@ -174,11 +174,11 @@ class ElSubmitArgs:
     conf: str | None = _flag("-conf", "DIR", "Hadoop configuration dir (sets HADOOP_CONF_DIR)")
     files: str | None = _flag("-f", "PATHS", "comma list of files/dirs shipped to every task's "
                               "working dir; -f ./ ships the current dir's contents")
-    ps_num: str | None = _flag("-pn", "N", "number of ps (tensorflow-ps; default 1)")
+    ps: str | None = _flag("-pn", "N", "number of ps (tensorflow-ps; default 1)")
     ps_cores: str | None = _flag("-pc", "N", "vcores per ps (default 1)")
     ps_memory: str | None = _flag("-pm", "MB", "memory per ps in MB, or 2g / 512m "
                                   "(default 1024)")
-    worker_num: str | None = _flag("-wn", "N", "number of workers; tensorflow-ps makes worker 0 "
+    workers: str | None = _flag("-wn", "N", "number of workers; tensorflow-ps makes worker 0 "
                                    "the chief (default 1)")
     worker_cores: str | None = _flag("-wc", "N", "vcores per worker (default 1)")
     worker_gpus: str | None = _flag("-wg", "N", "GPUs per worker (default 0)")
@@ -286,7 +286,7 @@ def _tensorboard(a: ElSubmitArgs, cwd: str) -> dict[str, Any]:
 
 
 def _roles(a: ElSubmitArgs, app_type: str) -> tuple[Role, ...]:
-    wn = parse_int("-wn", a.worker_num, 1, minimum=1, maximum=MAX["tasks"])
+    wn = parse_int("-wn", a.workers, 1, minimum=1, maximum=MAX["tasks"])
     worker = Resources(
         parse_memory("-wm", a.worker_memory, DEFAULTS["worker_memory"]),
         parse_int("-wc", a.worker_cores, DEFAULTS["cores"], minimum=1, maximum=MAX["vcores"]),
@@ -296,7 +296,7 @@ def _roles(a: ElSubmitArgs, app_type: str) -> tuple[Role, ...]:
         parse_memory("-pm", a.ps_memory, DEFAULTS["ps_memory"]),
         parse_int("-pc", a.ps_cores, DEFAULTS["cores"], minimum=1, maximum=MAX["vcores"]),
     )
-    pn = parse_int("-pn", a.ps_num, 1 if app_type == "tensorflow-ps" else 0, maximum=MAX["ps"])
+    pn = parse_int("-pn", a.ps, 1 if app_type == "tensorflow-ps" else 0, maximum=MAX["ps"])
     if app_type == "tensorflow-ps" and pn < 1:
         raise SpecError("-pn: tensorflow-ps needs at least 1 ps; use -t tensorflow-worker for none")
     if app_type != "tensorflow-ps" and pn:
@@ -321,7 +321,7 @@ def _per_container(a: ElSubmitArgs, app_type: str, gpus: int) -> int:
     if a.procs_per_node is not None:
         return parse_int("-ppn", a.procs_per_node, 1, minimum=1, maximum=MAX["per_container"])
     k = parse_int("-wnpg", a.workers_per_gpu, 1, minimum=1, maximum=MAX["per_container"])
-    wn = parse_int("-wn", a.worker_num, 1, minimum=1, maximum=MAX["tasks"])
+    wn = parse_int("-wn", a.workers, 1, minimum=1, maximum=MAX["tasks"])
     if k > 1 and gpus < 1:
         raise SpecError(f"-wnpg {k}: workers share a container's GPU, so it needs -wg 1 or more")
     if wn % k:
@@ -333,7 +333,7 @@ def _per_container(a: ElSubmitArgs, app_type: str, gpus: int) -> int:
 def _check_texts(a: ElSubmitArgs) -> None:
     """Empty or multi-line values are refused, never read as "not given"."""
     for flag, value, what in (
-        ("-t", a.app_type, f"one of {', '.join(APP_TYPES)}"), ("-a", a.app_name, "a name"),
+        ("-t", a.kind, f"one of {', '.join(APP_TYPES)}"), ("-a", a.name, "a name"),
         ("-m", a.mode, f"one of {', '.join(MODES)}"), ("-m_arg", a.mode_arg, "an archive or image"),
         ("-conf", a.conf, "a Hadoop configuration dir"), ("--queue", a.queue, "a YARN queue"),
         ("--node-label", a.node_label, "a node label expression"),
@@ -350,8 +350,8 @@ def _check_texts(a: ElSubmitArgs) -> None:
                         ("--tensorboard-linger", a.tensorboard_linger)):
         if value is not None and not value.strip():
             raise SpecError(f"{flag}: empty value; give a number or leave {flag} out")
-    if a.app_name is not None and len(a.app_name) > MAX["name_chars"]:
-        raise SpecError(f"-a: the name is {len(a.app_name)} characters; at most "
+    if a.name is not None and len(a.name) > MAX["name_chars"]:
+        raise SpecError(f"-a: the name is {len(a.name)} characters; at most "
                         f"{MAX['name_chars']}")
 
 
@@ -370,7 +370,7 @@ def _restarts(a: ElSubmitArgs, cwd: str) -> dict[str, Any]:
 def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
     """Turn el_submit flags into a validated JobSpec; every error names its flag."""
     _check_texts(a)
-    app_type = a.app_type or "tensorflow-ps"
+    app_type = a.kind or "tensorflow-ps"
     if app_type not in APP_TYPES:
         raise SpecError(f"-t: unknown app type {app_type!r}; use one of {', '.join(APP_TYPES)}")
     parse_bool("-interact", a.interact)  # a client option (follow the job live): checked here
@@ -397,7 +397,7 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
     return JobSpec(
         tasks_per_container=_per_container(a, app_type, parse_int(
             "-wg", a.worker_gpus, 0, maximum=MAX["gpus"])),
-        name=a.app_name or "tfyarn",
+        name=a.name or "tfyarn",
         app_type=app_type,
         roles=_roles(a, app_type),
         command=join_command(a.command),

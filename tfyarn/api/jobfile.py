@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from tfyarn.cli.elsubmit import ElSubmitArgs, from_el_submit
+from tfyarn.api.options import ElSubmitArgs, from_el_submit
 from tfyarn.core.errors import SpecError
 from tfyarn.core.jobspec import ALLREDUCE, SHARED_GPU, JobSpec
 
@@ -60,14 +60,14 @@ def args_of(spec: JobSpec) -> ElSubmitArgs:
     k = spec.tasks_per_container
     n = sum(r.instances for r in workers)
     return ElSubmitArgs(
-        app_type=spec.app_type, app_name=spec.name, mode=spec.runtime.mode,
+        kind=spec.app_type, name=spec.name, mode=spec.runtime.mode,
         mode_arg=spec.runtime.arg, exit_ps=str(spec.stop_ps_when_done),
         enable_tensorboard=str(spec.tensorboard_dir is not None),
         log_tensorboard=spec.tensorboard_dir, files=_files_flag(spec) or None,
-        ps_num=str(ps.instances) if ps else None,
+        ps=str(ps.instances) if ps else None,
         ps_cores=str(ps.resources.vcores) if ps else None,
         ps_memory=str(ps.resources.memory_mb) if ps else None,
-        worker_num=str(n // k if spec.app_type in ALLREDUCE else n),
+        workers=str(n // k if spec.app_type in ALLREDUCE else n),
         worker_cores=str(worker.vcores), worker_gpus=str(worker.gpus),
         worker_memory=str(worker.memory_mb),
         workers_per_gpu=str(k) if spec.app_type in SHARED_GPU and k > 1 else None,

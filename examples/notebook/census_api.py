@@ -1,0 +1,45 @@
+# %% [markdown]
+# # Census from a notebook, through tfyarn's Python API
+#
+# The cells of a Jupyter notebook on the cluster's gateway, kept as a script (`# %%`
+# cells: VS Code and Jupytext open it as a notebook; `python census_api.py` runs it).
+# It submits the census example (`examples/census`), follows its output, waits for the
+# outcome and reads the accuracy from the logs. `--yarn` submits to the cluster that
+# HADOOP_CONF_DIR names; without it the job runs locally (`local=True`).
+
+# %%
+import os
+import sys
+from pathlib import Path
+
+import tfyarn
+
+CENSUS = Path(__file__).resolve().parent.parent / "census"
+ON_YARN = "--yarn" in sys.argv
+EPOCHS = os.environ.get("CENSUS_EPOCHS", "2")
+
+# %% submit: el_submit's options by their Python names
+job = tfyarn.submit(
+    kind="tensorflow-ps", name="census_api", ps=1, workers=2, exit_ps=True,
+    ps_memory="2g", worker_memory="2g", files=[f"{CENSUS}/."],
+    command=f"python census_single.py --epochs {EPOCHS}",
+    python=sys.executable if ON_YARN else None, local=not ON_YARN)
+print("submitted", job.id)
+
+# %% follow every task's output as it comes, each line once
+accuracy = None
+for line in job.logs(follow=True):
+    if "eval_accuracy=" in line:
+        accuracy = float(line.rsplit("eval_accuracy=", 1)[1])
+    if "epoch" in line or "eval_accuracy" in line:
+        print(line)
+
+# %% wait for the outcome: JobFailed (naming the failing task) if it did not succeed
+outcome = job.wait()
+print(outcome.state, "-", outcome.message)
+for task in job.tasks():
+    print(f"  {task.task!s:<10} {task.state.value}")
+
+# %% the chief's accuracy
+print(f"eval_accuracy={accuracy}")
+assert accuracy is not None and accuracy > 0.8, accuracy

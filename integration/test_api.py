@@ -1,0 +1,94 @@
+"""The Python API against the real sandbox: submit, follow, wait, kill, attach, run(fn)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+
+import pytest
+from conftest import final_state, node_processes, wait_until
+
+import tfyarn
+from tfyarn.protocol.taskstate import State
+
+
+@pytest.fixture
+def submitted(apps):
+    """tfyarn.submit on YARN with the nodes' python = this interpreter; ids are killed at
+    teardown if still alive."""
+    def submit(**options):
+        job = tfyarn.submit(python=sys.executable, **options)
+        apps.append(job.id)
+        return job
+
+    return submit
+
+
+def test_run_returns_the_chiefs_value_from_a_ps_job():
+    def place(scale):
+        import json
+
+        config = json.loads(os.environ["TF_CONFIG"])
+        return config["task"], scale * 2, sorted(config["cluster"])
+
+    assert tfyarn.run(place, 21, kind="tensorflow-ps", ps=1, workers=3,
+                      python=sys.executable) == ({"type": "chief", "index": 0}, 42,
+                                                 ["chief", "ps", "worker"])
+
+
+def test_logs_follow_yields_every_line_once_and_wait_gives_the_outcome(submitted):
+    job = submitted(kind="tensorflow-worker", workers=2,
+                    command="for i in $(seq 1 40); do echo n-$TFYARN_TASK_INDEX-$i; "
+                            "sleep 0.1; done")
+    seen = [x.split("] ", 1)[-1] for x in job.logs(follow=True) if "n-" in x]
+    assert sorted(seen) == sorted(f"n-{t}-{i}" for t in (0, 1) for i in range(1, 41))
+    outcome = job.wait()
+    assert outcome.state == "SUCCEEDED"
+    assert [(str(s.task), s.state) for s in job.tasks()] == [
+        ("worker:0", State.SUCCEEDED), ("worker:1", State.SUCCEEDED)]
+    job.close()
+
+
+def test_a_failing_task_raises_job_failed_naming_it(submitted):
+    job = submitted(kind="tensorflow-worker", workers=2,
+                    command='[ "$TFYARN_TASK_INDEX" = 1 ] && { echo bad-1 >&2; exit 4; }; '
+                            "sleep 1")
+    with pytest.raises(tfyarn.JobFailed) as failed:
+        job.wait()
+    text = str(failed.value)
+    assert text.splitlines()[0] == f"{job.id} FAILED: worker:1 exited with code 4"
+    assert "  bad-1" in text and f"tfyarn logs {job.id} --task worker:1" in text
+
+
+def test_ctrl_c_in_wait_kills_the_application_and_leaves_no_container(submitted):
+    job = submitted(kind="tensorflow-worker", workers=2, command="sleep 600")
+
+    def interrupt_once_running() -> None:
+        deadline = time.monotonic() + 300
+        while [s.state for s in job.tasks()] != [State.RUNNING] * 2 \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        job.wait()
+    wait_until(lambda: final_state(job.id).split("/")[0] in ("KILLED", "FINISHED"), 120,
+               "the application's end")
+    assert final_state(job.id).endswith("/KILLED")
+    wait_until(lambda: node_processes(job.id) == [], 60, "no process of the application")
+
+
+def test_attach_follows_a_job_el_submit_submitted(el_submit):
+    out, app_id = el_submit("-t", "tensorflow-worker", "-wn", "2", "--detach", "-c",
+                            "echo attached-$TFYARN_TASK_INDEX; sleep 5")
+    assert out.returncode == 0, out.stderr
+    job = tfyarn.attach(app_id)
+    outcome = job.wait()
+    assert outcome.state == "SUCCEEDED" and len(outcome.tasks) == 2
+    assert job.status().final_status == "SUCCEEDED"
+    assert sorted(x for x in job.logs() if x.startswith("attached-")) == [
+        "attached-0", "attached-1"]

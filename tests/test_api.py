@@ -1,0 +1,181 @@
+"""The Python API in this process, as a notebook uses it: real local jobs (a background
+`--local` client each), real processes, real process-table checks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from conftest import job_processes
+
+import tfyarn
+from tfyarn.protocol.taskstate import State
+
+
+@pytest.fixture(autouse=True)
+def tmpdir_env(tmp_path, monkeypatch):
+    """Job dirs in the test's own dir, as el_submit's fixture has them."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+
+
+def test_a_local_job_from_python_logs_each_line_once_and_ends_with_its_outcome(capfd):
+    job = tfyarn.submit(kind="tensorflow-worker", workers=3, local=True,
+                        command="for i in 1 2 3; do echo line-$i-of-$TFYARN_TASK_INDEX; done")
+    assert job.id.startswith("local_")
+    lines = [x for x in job.logs(follow=True) if x.startswith("line-")]
+    assert sorted(lines) == sorted(f"line-{i}-of-{t}" for i in (1, 2, 3) for t in range(3))
+    outcome = job.wait()
+    assert outcome.state == "SUCCEEDED" and outcome.message == "all 3 tasks exited with code 0"
+    assert [(str(s.task), s.state) for s in job.tasks()] == [
+        (f"worker:{i}", State.SUCCEEDED) for i in range(3)]
+    assert job.status().final_status == "SUCCEEDED"
+    assert "SUCCEEDED" in capfd.readouterr().err  # the client's progress, on our stderr
+    assert job_processes(job.id) == []
+
+
+def test_bad_options_raise_the_flags_words_as_a_value_error(el_submit):
+    with pytest.raises(ValueError) as bad:
+        tfyarn.submit(kind="tensorflow-worker", workers=0, command="true", local=True)
+    assert isinstance(bad.value, tfyarn.SpecError)
+    cli = el_submit("-t", "tensorflow-worker", "-wn", "0", "--local", "-c", "true")
+    assert cli.stderr.strip() == f"Error: {bad.value}"  # the one parser's words
+    with pytest.raises(tfyarn.SpecError, match=r"unknown option 'wrokers' \(did you mean "
+                                               r"workers\?\)"):
+        tfyarn.submit(kind="tensorflow-worker", wrokers=2, command="true", local=True)
+    with pytest.raises(tfyarn.SpecError, match="-x: expected True or False, got 'maybe'"):
+        tfyarn.submit(exit_ps="maybe", command="true", local=True)
+    assert [p for p in os.listdir(os.environ["TMPDIR"]) if p.startswith("tfyarn-")] == []
+
+
+def test_python_values_are_the_flags_values(tmp_path):
+    from tfyarn.api.submit import job_spec
+
+    (tmp_path / "a.py").write_text("")
+    (tmp_path / "data").mkdir()
+    _, spec = job_spec(command=["python", "a.py"], kind="tensorflow-ps", ps=1, workers=2,
+                       worker_memory="2g", worker_gpus=0, exit_ps=True,
+                       files=["a.py", tmp_path / "data"], env={"A": "1", "B": "x=y"},
+                       tags=["t1", "t2"], max_restarts=2)
+    assert [(r.name, r.instances) for r in spec.roles] == [("ps", 1), ("chief", 1),
+                                                            ("worker", 1)]
+    assert spec.roles[2].resources.memory_mb == 2048
+    assert spec.stop_ps_when_done and spec.max_restarts == 2
+    assert [f.dest for f in spec.files] == ["a.py", "data"]
+    assert spec.env == (("A", "1"), ("B", "x=y")) and spec.yarn.tags == ("t1", "t2")
+    assert spec.command == "python a.py"
+
+
+def test_a_failed_task_is_job_failed_naming_it_with_its_stderr():
+    job = tfyarn.submit(kind="tensorflow-worker", workers=2, local=True,
+                        command='[ "$TFYARN_TASK_INDEX" = 1 ] && { echo boom-1 >&2; exit 3; }; '
+                                "true")
+    with pytest.raises(tfyarn.JobFailed) as failed:
+        job.wait()
+    text = str(failed.value)
+    assert text.splitlines()[0] == f"job {job.id} FAILED: worker:1 exited with code 3"
+    assert "  boom-1" in text and failed.value.exit_code == 1
+    assert failed.value.outcome.task == "worker:1"
+    assert job_processes(job.id) == []
+
+
+def test_run_returns_the_chiefs_value_of_a_function_defined_here():
+    def place(scale, offset=0):
+        import json
+
+        config = json.loads(os.environ["TF_CONFIG"])
+        return config["task"], scale * 2 + offset, len(config["cluster"]["worker"])
+
+    assert tfyarn.run(place, 20, kwargs={"offset": 2}, kind="tensorflow-ps", ps=1, workers=3,
+                      local=True) == ({"type": "chief", "index": 0}, 42, 2)
+
+
+class Refused(Exception):
+    """Defined in the test: it travels by value and comes back as itself."""
+
+
+def test_run_raises_the_tasks_own_exception_with_its_traceback():
+    def refuse():
+        if os.environ["TFYARN_TASK_INDEX"] == "1":
+            raise Refused("worker 1 refuses")
+        return "fine"
+
+    with pytest.raises(Refused, match="worker 1 refuses") as raised:
+        tfyarn.run(refuse, kind="tensorflow-worker", workers=2, local=True)
+    note = raised.value.__notes__[0]
+    assert note.startswith("worker:1 raised it; its traceback:\nTraceback (most recent")
+    assert ", in refuse\n" in note and note.endswith("Refused: worker 1 refuses")
+    assert isinstance(raised.value.__cause__, tfyarn.JobFailed)
+
+
+def test_ctrl_c_in_wait_stops_the_job_and_leaves_nothing():
+    """KeyboardInterrupt in wait() (Jupyter's interrupt, here a real SIGINT to this
+    process) stops the job as el_submit's Ctrl-C does, and is raised again."""
+    job = tfyarn.submit(kind="tensorflow-worker", workers=2, local=True, command="sleep 300")
+
+    def interrupt_once_running() -> None:
+        deadline = time.monotonic() + 60
+        while [s.state for s in job.tasks()] != [State.RUNNING] * 2 \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    with pytest.raises(KeyboardInterrupt):
+        job.wait()
+    assert job.status().final_status == "KILLED"
+    assert job_processes(job.id) == []
+
+
+def test_attach_reads_a_job_started_by_el_submit(el_submit):
+    started = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker",
+                                "-wn", "2", "--local", "-c", "sleep 300"],
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    job_id = started.stdout.readline().strip()
+    job = tfyarn.attach(job_id)
+    deadline = time.monotonic() + 60
+    while [s.state for s in job.tasks()] != [State.RUNNING] * 2:
+        assert time.monotonic() < deadline, job.tasks()
+        time.sleep(0.05)
+    assert job.status().state == "RUNNING" and "worker:1" in job._repr_html_()
+    job.kill()  # no client of ours: the driver is asked through the store
+    assert started.wait(timeout=60) == 3  # el_submit's exit code for KILLED
+    assert job_processes(job_id) == []
+
+
+def test_the_api_imports_nothing_heavy():
+    code = ("import sys, tfyarn; tfyarn.submit; tfyarn.run; tfyarn.attach; "
+            "print(sorted(m for m in ('skein', 'grpc', 'tensorflow', 'torch', 'click', "
+            "'cloudpickle', 'yaml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_the_readme_names_every_option():
+    from conftest import REPO
+
+    from tfyarn.api.options import OPTIONS
+
+    readme = (REPO / "README.md").read_text().split("## Python API", 1)[1].split("\n## ", 1)[0]
+    for o in OPTIONS:
+        assert f"`{o.field}`" in readme and f"`{o.flag}`" in readme, o
+
+
+def test_the_notebook_example_runs_as_a_script():
+    """examples/notebook/census_api.py: submit census with the API, follow its logs, wait
+    and read the accuracy (locally, 2 epochs)."""
+    from conftest import REPO
+
+    out = subprocess.run([sys.executable, str(REPO / "examples" / "notebook" / "census_api.py")],
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "CENSUS_EPOCHS": "2"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "SUCCEEDED - chief:0 finished" in out.stdout, out.stdout
+    accuracy = float(out.stdout.rsplit("eval_accuracy=", 1)[1].split()[0])
+    assert accuracy > 0.8

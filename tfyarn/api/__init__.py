@@ -1,0 +1,68 @@
+"""tfyarn's Python API: `submit` a job, follow it through its `Job`, `attach` to one
+submitted elsewhere.
+
+    job = tfyarn.submit(kind="tensorflow-ps", ps=1, workers=2,
+                        worker_memory="2g", files=["./"], command="python train.py",
+                        local=True)
+    for line in job.logs(follow=True): print(line)
+    outcome = job.wait()
+
+Every el_submit option is a keyword named as its field in the flag table
+(`api/options.py`, listed in the README); values are checked by the same parser with the
+same words, raised as `SpecError` (a ValueError). The CLI is a layer over this.
+Must not import TensorFlow, skein or a JVM at import time, install signal handlers, exit
+the process, fork it, or write its environment: a notebook's kernel runs it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from tfyarn.api.job import LOCAL_PREFIX, Job, JobStatus, attach_local, start_local
+from tfyarn.api.runfn import run
+from tfyarn.api.submit import job_spec, ready
+from tfyarn.core.errors import JobFailed, SpecError
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.settings import Settings
+
+__all__ = ["Job", "JobFailed", "JobStatus", "SpecError", "attach", "run", "submit"]
+
+
+def submit(spec: JobSpec | str | os.PathLike | None = None, *, local: bool = False,
+           command: str | Sequence[str] | None = None, **options: Any) -> Job:
+    """Start a job and return its handle at once (follow it with `wait`, `logs`).
+
+    `spec`: a job file (what `el_submit ... --dry-run` prints; keywords override it) or
+    a JobSpec; `local`: every task as a local process (el_submit's `--local`);
+    `command`: what every task runs (`-c`); `options`: el_submit's other options by
+    their Python names (`kind`, `workers`, `worker_memory`, `files`, `env`, ...).
+    """
+    settings = Settings.from_environ()
+    args, parsed = job_spec(spec, command=command, **options)
+    checked = ready(args, parsed, settings)
+    if args.interact and args.interact.strip().lower() in ("true", "1", "yes", "y", "on"):
+        raise SpecError("interact: a Job follows its output with job.logs(follow=True)")
+    if local:
+        return start_local(checked, settings)
+    from tfyarn.api import yarnjob
+    from tfyarn.client.yarn import ClientOptions
+
+    opts = ClientOptions(args.conf, args.principal, args.keytab, settings=settings)
+    return Job(yarnjob.submit(checked, opts))
+
+
+def attach(job_id: str, *, conf_dir: str | None = None, principal: str | None = None,
+           keytab: str | None = None) -> Job:
+    """A handle on a job submitted elsewhere (el_submit, cron, another notebook): a YARN
+    application id, or a local job's id (`local_...`, while its job dir is there)."""
+    if job_id.startswith(LOCAL_PREFIX):
+        return attach_local(job_id, Settings.from_environ())
+    if not job_id.startswith("application_"):
+        raise SpecError(f"attach: {job_id!r} is neither a YARN application id "
+                        "(application_...) nor a local job id (local_...)")
+    from tfyarn.api import yarnjob
+    from tfyarn.client.yarn import ClientOptions
+
+    return Job(yarnjob.YarnBackend(job_id, ClientOptions(conf_dir, principal, keytab)))

@@ -1,0 +1,349 @@
+"""A job handle: `Job` (what `tfyarn.submit` returns) and `attach` (a job submitted
+elsewhere: el_submit, cron, another notebook).
+
+Owns following one job from Python: its status, its tasks (typed rows, natural order),
+waiting for its outcome (`JobFailed` naming the task and its stderr when it failed), its
+logs as an iterator of lines, killing it, and its links. A YARN job is followed as
+el_submit follows it (the same watcher, the same words on stderr); a local job runs as
+a background `--local` client of its own (`python -m tfyarn.api.background`), so the
+caller's process never forks (a notebook's kernel has threads). Must not install signal
+handlers, exit the process or write its environment: Ctrl-C in `wait()` arrives as
+KeyboardInterrupt, stops the job as el_submit's Ctrl-C does, and is raised again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import html
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from tfyarn.core.errors import JobFailed, SpecError, TfYarnError
+from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.records import Outcome, TensorBoard
+from tfyarn.core.settings import Settings
+from tfyarn.core.tfconfig import Task
+from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol import taskstate
+
+LOCAL_PREFIX = "local_"
+POLL_S = 0.2  # a local job's files and store, looked at this often while waiting
+STOP_WAIT_S = 120.0  # an attached local job, asked to stop: its driver's answer, at most
+GONE = Outcome("SUCCEEDED", "ended: its client removed the job dir, as it does after a "
+               "success")
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """Where a job stands: `state` (YARN's: ACCEPTED, RUNNING, FINISHED, FAILED, KILLED;
+    a local job: RUNNING or its final status), `final_status` (SUCCEEDED, FAILED, KILLED,
+    or UNDEFINED while it runs) and the diagnostics."""
+
+    state: str
+    final_status: str
+    diagnostics: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.final_status != "UNDEFINED"
+
+
+class Job:
+    """One tfyarn job. `with tfyarn.submit(...) as job:` kills it on leaving the block
+    unless it ended or `job.detach()` was called."""
+
+    def __init__(self, backend: _Backend) -> None:
+        self._backend = backend
+        self._detached = False
+
+    @property
+    def id(self) -> str:
+        return self._backend.id
+
+    def status(self) -> JobStatus:
+        return self._backend.status()
+
+    def tasks(self) -> list[taskstate.TaskState]:
+        """Each task's state, ps, chief, worker:0 ... in natural order (empty before the
+        job's driver runs; after the end, as the outcome has them, once this handle
+        waited for it)."""
+        return self._backend.tasks()
+
+    def wait(self, timeout: float | None = None) -> Outcome:
+        """The outcome once the job ended successfully; JobFailed (with the exit code the
+        CLI would give) when it failed or was killed; TimeoutError after `timeout` s."""
+        try:
+            return self._backend.wait(timeout)
+        except KeyboardInterrupt:
+            self._backend.stop("interrupted (KeyboardInterrupt in Job.wait)")
+            raise
+
+    def logs(self, task: str | None = None, follow: bool = False) -> Iterator[str]:
+        """Lines of output (one task's, or every task's prefixed `[task] `); with
+        `follow`, as they come until the job ends, each line once."""
+        if task is not None:
+            try:
+                Task.parse(task)
+            except ValueError as exc:
+                raise SpecError(f"task: {exc}") from None
+        return self._backend.logs(task, follow)
+
+    def kill(self) -> None:
+        """Stop every task (orderly first, as el_submit's Ctrl-C) and wait for the end."""
+        self._backend.stop("killed through the Python API (Job.kill)")
+
+    def close(self) -> None:
+        """Let go of what the handle holds (a YARN job: its client's JVM); the job runs on."""
+        self._backend.close()
+
+    def detach(self) -> Job:
+        """Leave the job running when a `with` block ends."""
+        self._detached = True
+        return self
+
+    @property
+    def page_url(self) -> str | None:
+        return self._backend.key(kvmod.PAGE)
+
+    @property
+    def tensorboard_url(self) -> str | None:
+        raw = self._backend.key(kvmod.TENSORBOARD)
+        return None if raw is None else TensorBoard.from_json(raw, kvmod.TENSORBOARD).url
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._detached and not self._backend.status().done:
+            self.kill()
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<tfyarn.Job {self.id}>"
+
+    def _repr_html_(self) -> str:
+        """Jupyter's view: the id, status, links and the task table."""
+        e = html.escape
+        st = self.status()
+        links = "".join(f' <a href="{e(u)}" target="_blank">{e(n)}</a>'
+                        for n, u in (("job page", self.page_url),
+                                     ("TensorBoard", self.tensorboard_url)) if u)
+        rows = "".join(f"<tr><td>{e(str(s.task))}</td><td>{e(s.addr or '-')}</td>"
+                       f"<td>{e(s.state.value)}</td><td>{e(s.detail())}</td></tr>"
+                       for s in self.tasks())
+        table = f"<table><tr><th>task</th><th>address</th><th>state</th><th></th></tr>{rows}" \
+                "</table>" if rows else ""
+        return (f"<div><b>{e(self.id)}</b>: {e(st.state)} / {e(st.final_status)}{links}"
+                f"{table}</div>")
+
+
+class _Backend:
+    """What a Job asks of where it runs."""
+
+    id: str
+
+    def status(self) -> JobStatus: ...
+
+    def tasks(self) -> list[taskstate.TaskState]: ...
+
+    def wait(self, timeout: float | None) -> Outcome: ...
+
+    def logs(self, task: str | None, follow: bool) -> Iterator[str]: ...
+
+    def stop(self, reason: str) -> None: ...
+
+    def key(self, key: str) -> str | None: ...
+
+    def close(self) -> None:
+        """Let go of what the handle holds (a YARN client's JVM)."""
+
+
+def _ended(outcome: Outcome, job_id: str, where: str) -> Outcome:
+    """The outcome, or the JobFailed that el_submit would end with."""
+    if outcome.state == "SUCCEEDED":
+        return outcome
+    from tfyarn.client import common
+
+    raise common.failed(outcome, job_id, outcome.state, where)
+
+
+# ---------------------------------------------------------------- local jobs
+
+
+class _Local(_Backend):
+    """A local job: its client runs in the background (`tfyarn.api.background`), the
+    handle reads its job dir (store, logs) and its client's stderr (progress)."""
+
+    def __init__(self, job_id: str, root: str, client: subprocess.Popen | None,
+                 progress: str | None, keep: bool) -> None:
+        self.id, self.root, self.client = job_id, root, client
+        self.progress, self.keep = progress, keep
+        self.shown = 0  # bytes of the client's progress already shown
+        self.outcome: Outcome | None = None
+
+    @classmethod
+    def start(cls, spec: JobSpec, settings: Settings) -> _Local:
+        """Start the background client on `spec`; returns once its job id is known."""
+        from tfyarn.client.jobdir import find_job_dir
+        from tfyarn.system import spawn
+
+        work = tempfile.mkdtemp(prefix="tfyarn-api-", dir=settings.tmpdir)
+        job_json, progress = os.path.join(work, "job.json"), os.path.join(work, "client.log")
+        with open(job_json, "w", encoding="utf-8") as f:
+            f.write(spec.to_json())
+        env = {**os.environ, "TFYARN_KEEP_JOB_DIR": "1"}  # the handle reads the outcome
+        with open(progress, "wb") as err:
+            client = spawn.start([sys.executable, "-m", "tfyarn.api.background", job_json],
+                                 env, stdout=subprocess.PIPE, stderr=err, new_session=True)
+        assert client.stdout is not None
+        job_id = client.stdout.readline().decode().strip()
+        client.stdout.close()
+        root = find_job_dir(job_id, settings) if job_id else None
+        if root is None:
+            client.wait()
+            with open(progress, encoding="utf-8", errors="replace") as f:
+                said = f.read().strip()
+            shutil.rmtree(work, ignore_errors=True)
+            raise TfYarnError(said.removeprefix("Error: ") or
+                              f"the local job did not start (exit code {client.returncode})")
+        return cls(job_id, root, client, progress, settings.keep_job_dir)
+
+    @classmethod
+    def attach(cls, job_id: str, settings: Settings) -> _Local:
+        from tfyarn.client.jobdir import find_job_dir
+
+        root = find_job_dir(job_id, settings)
+        if root is None:
+            raise TfYarnError(f"{job_id}: its job dir is gone (removed when a local job "
+                              "succeeds; keep it with TFYARN_KEEP_JOB_DIR=1)")
+        return cls(job_id, root, None, None, True)
+
+    @property
+    def store(self) -> kvmod.KV:
+        return kvmod.DirKV(os.path.join(self.root, "kv"))
+
+    def key(self, key: str) -> str | None:
+        return self.store.get(key) if os.path.isdir(self.root) else None
+
+    def _outcome(self) -> Outcome | None:
+        if self.outcome is None and (raw := self.key(kvmod.STATUS)) is not None:
+            self.outcome = Outcome.from_json(raw, kvmod.STATUS)
+        if self.outcome is None and self.client is None and not os.path.isdir(self.root):
+            self.outcome = GONE  # another client's job: it removes the dir after a success
+        return self.outcome
+
+    def _client_ended(self) -> bool:
+        return self.client is None or self.client.poll() is not None
+
+    def status(self) -> JobStatus:
+        out = self._outcome()
+        if out is not None and self._client_ended():
+            return JobStatus(out.state, out.state, out.message)
+        return JobStatus("RUNNING", "UNDEFINED", self.key(kvmod.PHASE) or "starting")
+
+    def tasks(self) -> list[taskstate.TaskState]:
+        if self.outcome is not None and not os.path.isdir(self.root):
+            return taskstate.ended(self.outcome.tasks)
+        with contextlib.suppress(OSError):
+            return taskstate.current(self.store)[2]
+        return []
+
+    def wait(self, timeout: float | None) -> Outcome:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._client_ended() or (self.client is None and self._outcome() is None):
+            self._show_progress()
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{self.id} still runs after {timeout:g} s")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                if self.client is not None:
+                    self.client.wait(POLL_S)
+                else:
+                    time.sleep(POLL_S)
+        self._show_progress()
+        return self._result()
+
+    def _result(self) -> Outcome:
+        out = self._outcome()
+        if out is None:
+            code = self.client.returncode if self.client is not None else None
+            raise JobFailed(f"job {self.id}: tfyarn's local client ended without a final "
+                            f"status (exit code {code}); its job dir: {self.root}")
+        logs = os.path.join(self.root, "logs")
+        if out.state == "SUCCEEDED" and not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+        return _ended(out, f"job {self.id}", f"full logs: {logs}")
+
+    def _show_progress(self) -> None:
+        """The background client's progress lines, on this process's stderr."""
+        if self.progress is None:
+            return
+        with contextlib.suppress(OSError), open(self.progress, "rb") as f:
+            f.seek(self.shown)
+            data = f.read()
+            self.shown += len(data)
+            if data:
+                sys.stderr.write(data.decode(errors="replace"))
+                sys.stderr.flush()
+
+    def logs(self, task: str | None, follow: bool) -> Iterator[str]:
+        from tfyarn.client.jobdir import JobDir
+
+        with open(os.path.join(self.root, "job.json"), encoding="utf-8") as f:
+            spec = JobSpec.from_json(f.read())
+        names = [c.name for c in spec.containers()
+                 if task is None or Task.parse(task) in c.tasks]
+        offsets = dict.fromkeys(names, 0)
+        partial = dict.fromkeys(names, "")
+        while True:
+            ended = self._client_ended() and self._outcome() is not None or \
+                not os.path.isdir(self.root)
+            for name in names:
+                path = JobDir(self.root).log_path(name)
+                with contextlib.suppress(OSError), open(path, "rb") as f:
+                    f.seek(offsets[name])
+                    data = f.read()
+                    offsets[name] += len(data)
+                    *lines, partial[name] = (partial[name] + data.decode(errors="replace")
+                                             ).split("\n")
+                    yield from (line for line in lines
+                                if task is None or _is_task_line(line, task, spec))
+            if not follow or ended:
+                yield from (p for p in partial.values() if p)
+                return
+            time.sleep(POLL_S)
+
+    def stop(self, reason: str) -> None:
+        if self.client is not None and self.client.poll() is None:
+            self.client.send_signal(signal.SIGTERM)  # the client's orderly stop
+            self.client.wait()
+        elif self.client is None and self._outcome() is None:
+            self.store.put(kvmod.KILL, reason)  # the driver stops every task
+            deadline = time.monotonic() + STOP_WAIT_S
+            while self._outcome() is None and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+        self._show_progress()
+
+    def close(self) -> None:
+        if self.progress is not None:
+            shutil.rmtree(os.path.dirname(self.progress), ignore_errors=True)
+
+
+def _is_task_line(line: str, task: str, spec: JobSpec) -> bool:
+    """A container of several tasks prefixes each line with its task."""
+    group = spec.container_of(Task.parse(task))
+    return len(group.tasks) == 1 or line.startswith(f"[{task}] ")
+
+
+def start_local(spec: JobSpec, settings: Settings) -> Job:
+    return Job(_Local.start(spec, settings))
+
+
+def attach_local(job_id: str, settings: Settings) -> Job:
+    return Job(_Local.attach(job_id, settings))
