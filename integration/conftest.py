@@ -130,27 +130,13 @@ def py(code: str) -> str:
 
 
 def packed_env(tmp_path: Path) -> Path:
-    """tmp_path/env.tar.gz: a venv with tfyarn installed in it, packed, as a user makes
-    one. Its other packages (skein, TF) come from this runner's site-packages through a
-    .pth file, which holds on the sandbox (its nodes are this machine); tfyarn itself is a
-    real, non-editable install."""
-    import site
-    import sysconfig
+    """tmp_path/env.tar.gz: a venv with tfyarn installed in it (tests/venvs.py), packed,
+    as a user makes one."""
     import tarfile
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    purelib = subprocess.run([str(venv / "bin" / "python"), "-c",
-                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
-    runner_sites = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
-    Path(purelib).joinpath("runner.pth").write_text("\n".join(runner_sites) + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                    "--target", purelib, str(REPO)], check=True, capture_output=True)
-    check = subprocess.run([str(venv / "bin" / "python"), "-c",  # not from the repo's cwd:
-                            "import tfyarn, skein; print(tfyarn.__file__)"],  # '' is sys.path[0]
-                           capture_output=True, text=True, cwd=tmp_path)
-    assert check.returncode == 0 and str(venv) in check.stdout, check.stderr
+    from venvs import small_venv
+
+    venv = small_venv(tmp_path)
     with tarfile.open(tmp_path / "env.tar.gz", "w:gz") as tar:
         for item in venv.iterdir():
             tar.add(item, arcname=item.name)

@@ -92,3 +92,24 @@ def test_attach_follows_a_job_el_submit_submitted(el_submit):
     assert job.status().final_status == "SUCCEEDED"
     assert sorted(x for x in job.logs() if x.startswith("attached-")) == [
         "attached-0", "attached-1"]
+
+
+def test_run_ships_the_callers_own_env_on_yarn(tmp_path):
+    """environment='current' on YARN: the caller's venv goes as -m virtual-env (through
+    the HDFS cache) and the tasks run in it."""
+    import subprocess
+
+    from venvs import small_venv
+
+    venv = small_venv(tmp_path)
+    (tmp_path / "caller.py").write_text(
+        "import os, sys, tfyarn\n"
+        "def where():\n    return sys.prefix\n"
+        "print('RESULT', tfyarn.run(where, kind='tensorflow-worker', workers=2, "
+        "environment='current'))\n")
+    out = subprocess.run([str(venv / "bin" / "python"), "caller.py"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "TFYARN_CACHE": str(tmp_path / "cache")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    prefix = out.stdout.split("RESULT ", 1)[1].strip()
+    assert prefix.endswith("/env") and "appcache" in prefix, prefix

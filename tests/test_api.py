@@ -179,3 +179,61 @@ def test_the_notebook_example_runs_as_a_script():
     assert "SUCCEEDED - chief:0 finished" in out.stdout, out.stdout
     accuracy = float(out.stdout.rsplit("eval_accuracy=", 1)[1].split()[0])
     assert accuracy > 0.8
+
+
+CALLER = """
+import os, sys, tfyarn
+
+def where():
+    return sys.prefix, os.environ.get("VIRTUAL_ENV", "")
+
+print("RESULT", *tfyarn.run(where, kind="tensorflow-worker", workers=2,
+                            environment="current", **eval(sys.argv[1])))
+"""
+
+
+def test_run_ships_the_callers_own_env(tmp_path):
+    """environment='current': the caller's venv is packed once (then reused) and the
+    tasks run in it, unpacked, not on the nodes' python."""
+    from venvs import small_venv
+
+    venv = small_venv(tmp_path)
+    (tmp_path / "caller.py").write_text(CALLER)
+    cache = tmp_path / "cache"
+
+    def call() -> subprocess.CompletedProcess:
+        return subprocess.run([str(venv / "bin" / "python"), "caller.py", "{'local': True}"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "TFYARN_CACHE": str(cache)})
+
+    first = call()
+    assert first.returncode == 0, first.stderr[-3000:]
+    prefix, virtual_env = first.stdout.split("RESULT ", 1)[1].split()
+    assert prefix.endswith("/env") and prefix != str(venv) and virtual_env == prefix
+    assert "packing this env" in first.stderr
+    archives = list((cache / "envs").glob("*.tar.gz"))
+    assert len(archives) == 1
+    again = call()
+    assert again.returncode == 0 and "packing this env" not in again.stderr, again.stderr
+    assert list((cache / "envs").glob("*.tar.gz")) == archives
+
+
+def test_a_packed_env_is_the_same_bytes_every_time(tmp_path):
+    """Byte-identical archives: the HDFS cache, keyed by content, uploads one once."""
+    from tfyarn.api.packenv import _pack
+
+    src = tmp_path / "src"
+    (src / "bin").mkdir(parents=True)
+    (src / "bin" / "tool").write_text("#!/bin/sh\n")
+    (src / "lib64").symlink_to("bin")
+    (src / "__pycache__").mkdir()
+    (src / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    _pack(str(src), str(tmp_path / "a.tar.gz"))
+    os.utime(src / "bin" / "tool", (1, 1))  # a later mtime changes nothing
+    _pack(str(src), str(tmp_path / "b.tar.gz"))
+    assert (tmp_path / "a.tar.gz").read_bytes() == (tmp_path / "b.tar.gz").read_bytes()
+    import tarfile
+
+    with tarfile.open(tmp_path / "a.tar.gz") as tar:
+        names = {m.name: m for m in tar.getmembers()}
+    assert set(names) == {"bin", "bin/tool", "lib64"} and names["lib64"].issym()

@@ -31,11 +31,13 @@ FIRST = ("chief:0", "worker:0")  # whose value comes back: the chief, else rank 
 
 
 def run(fn: Any, *args: Any, local: bool = False, kwargs: Mapping[str, Any] | None = None,
-        **options: Any) -> Any:
+        environment: str = "cluster", **options: Any) -> Any:
     """Call `fn(*args, **kwargs)` on every task of a job (TF_CONFIG, ranks and devices set
     as for a command) and return the chief's value (tensorflow-ps: ps tasks are stopped
     once it returns, `exit_ps` defaults to True), or rank 0's. A task that raised
-    raises its exception here, its remote traceback in a note. `options` are submit's."""
+    raises its exception here, its remote traceback in a note. `environment`: "cluster"
+    (the nodes' python, or the `mode` given) or "current" (this virtual env, packed once
+    and shipped as `-m virtual-env`). `options` are submit's."""
     import cloudpickle
 
     from tfyarn.api import submit
@@ -44,6 +46,7 @@ def run(fn: Any, *args: Any, local: bool = False, kwargs: Mapping[str, Any] | No
         raise SpecError("command: tfyarn.run runs the function; use tfyarn.submit for a "
                         "command")
     options.setdefault("exit_ps", True)
+    options.update(_environment(environment, options))
     work = tempfile.mkdtemp(prefix="tfyarn-run-")
     try:
         path = os.path.join(work, PAYLOAD)
@@ -81,6 +84,21 @@ def _by_value(fn: Any) -> Iterator[None]:
         yield
     finally:
         cloudpickle.unregister_pickle_by_value(module)
+
+
+def _environment(environment: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The options that ship `environment`."""
+    if environment == "cluster":
+        return {}
+    if environment != "current":
+        raise SpecError(f"environment: use 'cluster' or 'current', not {environment!r}")
+    if options.get("mode") not in (None, "virtual-env", "virtualenv") or options.get("mode_arg"):
+        raise SpecError("environment='current' ships this env as -m virtual-env: drop mode "
+                        "and mode_arg")
+    from tfyarn.api import packenv
+    from tfyarn.core.settings import Settings
+
+    return {"mode": "virtual-env", "mode_arg": packenv.current(Settings.from_environ())}
 
 
 def _decoded(text: str) -> tuple[bool, Any]:

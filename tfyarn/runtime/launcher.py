@@ -373,8 +373,8 @@ class Launcher:
         env.update(run_env(self.args.attempt, checkpoint_dir(
             job.checkpoint_dir, job_id, self.settings.user), job.tensorboard_dir))
         env[RESULT_VAR] = slot.result_file
-        if not self.in_docker:  # `tfyarn.run`'s tasks run on the launcher's own python
-            env.setdefault("TFYARN_PYTHON", sys.executable)
+        if job.runtime.mode == "local":  # `tfyarn.run`'s tasks: the launcher's own python
+            env.setdefault("TFYARN_PYTHON", sys.executable)  # (else the env's, on PATH)
         k = len(self.args.tasks)
         env.update(device_env(devices, k, slot.index, shared=not job.allreduce))
         if self.in_docker:  # docker numbers the slot's GPUs from 0; no host paths in there
