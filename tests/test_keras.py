@@ -40,3 +40,19 @@ def test_keras_3_fails_saying_what_to_install_and_set(el_submit):
     assert out.returncode == 1, out.stderr[-3000:]
     verdict = next(x for x in out.stderr.splitlines() if " FAILED: " in x)
     assert verdict.endswith(f"({KERAS_2})"), verdict
+
+
+HOROVOD_ON_KERAS_3 = ("import horovod.tensorflow as hvd, tensorflow as tf; hvd.init(); "
+                      "m = tf.keras.Sequential([tf.keras.Input((2,)), tf.keras.layers.Dense(1)]);"
+                      " hvd.broadcast_variables(m.variables, root_rank=0)")
+
+
+def test_horovod_on_keras_3_fails_saying_what_to_install_and_set(el_submit):
+    """Horovod 0.28's TF helpers call `.ref()` on variables, which Keras 3's lack."""
+    import shlex
+
+    out = el_submit("-t", "tensorflow-mpi", "-wn", "1", "--local", "-c",
+                    shlex.join(["python", "-c", HOROVOD_ON_KERAS_3]), timeout=300)
+    assert out.returncode == 1, out.stderr[-3000:]
+    verdict = next(x for x in out.stderr.splitlines() if " FAILED: " in x)
+    assert verdict.endswith(f"({KERAS_2})"), out.stderr[-3000:]
