@@ -25,7 +25,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from tfyarn.core.errors import JobFailed, SpecError, TfYarnError
+from tfyarn.core.errors import (
+    EXIT_BAD_INPUT,
+    EXIT_TFYARN,
+    EnvironmentMissing,
+    JobFailed,
+    SpecError,
+    TfYarnError,
+)
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.records import Outcome, TensorBoard
 from tfyarn.core.settings import Settings
@@ -211,8 +218,10 @@ class _Local(_Backend):
             with open(progress, encoding="utf-8", errors="replace") as f:
                 said = f.read().strip()
             shutil.rmtree(work, ignore_errors=True)
-            raise TfYarnError(said.removeprefix("Error: ") or
-                              f"the local job did not start (exit code {client.returncode})")
+            error = {EXIT_BAD_INPUT: SpecError, EXIT_TFYARN: EnvironmentMissing}.get(
+                client.returncode, TfYarnError)
+            raise error(said.removeprefix("Error: ") or
+                        f"the local job did not start (exit code {client.returncode})")
         return cls(job_id, root, client, progress, settings.keep_job_dir)
 
     @classmethod
@@ -267,6 +276,7 @@ class _Local(_Backend):
                 else:
                     time.sleep(POLL_S)
         self._show_progress()
+        self.close()  # the client's progress is all shown
         return self._result()
 
     def _result(self) -> Outcome:
@@ -295,6 +305,10 @@ class _Local(_Backend):
     def logs(self, task: str | None, follow: bool) -> Iterator[str]:
         from tfyarn.client.jobdir import JobDir
 
+        if not os.path.isdir(self.root):
+            raise TfYarnError(f"{self.id}: its logs went with its job dir, removed after a "
+                              "success as el_submit --local does; keep them with "
+                              "TFYARN_KEEP_JOB_DIR=1")
         with open(os.path.join(self.root, "job.json"), encoding="utf-8") as f:
             spec = JobSpec.from_json(f.read())
         names = [c.name for c in spec.containers()
@@ -333,6 +347,7 @@ class _Local(_Backend):
     def close(self) -> None:
         if self.progress is not None:
             shutil.rmtree(os.path.dirname(self.progress), ignore_errors=True)
+            self.progress = None
 
 
 def _is_task_line(line: str, task: str, spec: JobSpec) -> bool:
