@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from tfyarn.api.job import LOCAL_PREFIX, Job, JobStatus, attach_local, start_local
+from tfyarn.api.options import parse_bool
 from tfyarn.api.runfn import run
 from tfyarn.api.submit import job_spec, ready
 from tfyarn.core.errors import JobFailed, SpecError
@@ -42,7 +43,7 @@ def submit(spec: JobSpec | str | os.PathLike | None = None, *, local: bool = Fal
     settings = Settings.from_environ()
     args, parsed = job_spec(spec, command=command, **options)
     checked = ready(args, parsed, settings)
-    if args.interact and args.interact.strip().lower() in ("true", "1", "yes", "y", "on"):
+    if parse_bool("-interact", args.interact):
         raise SpecError("interact: a Job follows its output with job.logs(follow=True)")
     if local:
         return start_local(checked, settings)

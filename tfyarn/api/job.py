@@ -236,7 +236,9 @@ class _Local(_Backend):
 
     @property
     def store(self) -> kvmod.KV:
-        return kvmod.DirKV(os.path.join(self.root, "kv"))
+        from tfyarn.client.jobdir import JobDir
+
+        return kvmod.DirKV(JobDir(self.root).kv_root)
 
     def key(self, key: str) -> str | None:
         return self.store.get(key) if os.path.isdir(self.root) else None
@@ -309,7 +311,8 @@ class _Local(_Backend):
             raise TfYarnError(f"{self.id}: its logs went with its job dir, removed after a "
                               "success as el_submit --local does; keep them with "
                               "TFYARN_KEEP_JOB_DIR=1")
-        with open(os.path.join(self.root, "job.json"), encoding="utf-8") as f:
+        jd = JobDir(self.root)
+        with open(jd.job_json, encoding="utf-8") as f:
             spec = JobSpec.from_json(f.read())
         names = [c.name for c in spec.containers()
                  if task is None or Task.parse(task) in c.tasks]
@@ -319,7 +322,7 @@ class _Local(_Backend):
             ended = self._client_ended() and self._outcome() is not None or \
                 not os.path.isdir(self.root)
             for name in names:
-                path = JobDir(self.root).log_path(name)
+                path = jd.log_path(name)
                 with contextlib.suppress(OSError), open(path, "rb") as f:
                     f.seek(offsets[name])
                     data = f.read()

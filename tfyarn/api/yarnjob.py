@@ -112,12 +112,7 @@ class YarnBackend(_Backend):
             yield from self._follow(task, once=not follow)
             return
         self._aggregated()
-        lines = _Lines()
-        with yarn.logs_env(self.opts) as env:
-            r = yarn.yarn_logs(self.id, env)
-        text = r.stdout.decode(errors="replace")
-        lines.write((yarn.select_task_logs(text, task) if task else text).encode())
-        yield from lines.take(final=True)
+        yield from yarn.aggregated_text(self.id, task, self.opts).splitlines()
 
     def _aggregated(self) -> None:
         """Until YARN says every node uploaded the ended application's logs (each

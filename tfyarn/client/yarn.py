@@ -437,7 +437,7 @@ class Watcher:
         TimeoutError, the application untouched)."""
         while True:
             if self.interrupts.count:
-                raise self.interrupted()
+                raise self._interrupted()
             if until is not None and time.monotonic() > until:
                 raise TimeoutError(f"{self.app_id} still runs ({self.state or 'not started'})")
             rep = self.reports.next()
@@ -469,8 +469,7 @@ class Watcher:
         except StoreGone:
             self.store = self.status_puts = None
 
-    def interrupted(self) -> JobFailed:
-        """Stop the application after a signal (a second one: at once); the error to end with."""
+    def _interrupted(self) -> JobFailed:
         words = self.interrupts.words()
         say(f"{words}: killing {self.app_id} (send it again to kill at once)")
         stop_application(self.client, self.app_id, f"{words} (el_submit)",
@@ -729,6 +728,12 @@ def _live_log_urls(client: Yarn, app_id: str, task: str | None) -> int:
 
 
 def _aggregated_logs(app_id: str, task: str | None, opts: ClientOptions) -> int:
+    sys.stdout.write(aggregated_text(app_id, task, opts))
+    return 0
+
+
+def aggregated_text(app_id: str, task: str | None, opts: ClientOptions) -> str:
+    """An ended application's aggregated logs (one task's container, or all of them)."""
     with logs_env(opts) as env:
         r = yarn_logs(app_id, env)
     if r.returncode != 0:
@@ -739,8 +744,7 @@ def _aggregated_logs(app_id: str, task: str | None, opts: ClientOptions) -> int:
     text = select_task_logs(out, task) if task else out
     if task and not text:
         raise TfYarnError(f"no container of {app_id} ran {task}; see all: tfyarn logs {app_id}")
-    sys.stdout.write(text)
-    return 0
+    return text
 
 
 def kill(app_id: str, opts: ClientOptions | None = None) -> int:
