@@ -123,6 +123,11 @@ class KV(ABC):
         """This process will wait for `keys`: get ready now, before it announces what
         makes another process put them (skein: subscribe, see App.kv_expect)."""
 
+    def expect_all(self) -> None:  # noqa: B027 - most stores need nothing
+        """This process will follow and wait for keys anywhere (the driver): get ready for
+        all of them now, once, before anyone puts one (skein: one watch of the whole
+        store, which every later feed and wait shares; see App.kv_follow)."""
+
 
 class Feed(ABC):
     """Changed keys, for a loop that acts on what others write (the driver)."""
@@ -411,6 +416,9 @@ class SkeinKV(KV):
         for key in keys:
             self.app.kv_expect(key)
 
+    def expect_all(self) -> None:
+        self.app.kv_follow([SkeinFeed.EVERY_KEY]).close()
+
     def put(self, key: str, value: str) -> None:
         self.app.kv_put(key, value.encode("utf-8"))
 
@@ -429,15 +437,17 @@ class SkeinKV(KV):
 
 
 class SkeinFeed(Feed):
-    """A SkeinKV's changes as skein's put events: a subscription per followed dir, so
-    only their keys wake the follower (not heartbeats), and nothing is rescanned."""
+    """A SkeinKV's changes as skein's put events: one subscription to every key (the
+    store's single watch in this process, see `KV.expect_all`), sifted here by dir, so
+    only the followed dirs' keys come back (not heartbeats), and nothing is rescanned."""
 
+    EVERY_KEY = ("", None)
     TOP = (("", "gang/"), ("gang0", None))  # every key outside gang/*/ ("0" > "/")
 
     def __init__(self, store: SkeinKV, dirs: Sequence[str]) -> None:
         self.store, self.dirs = store, list(dirs)
         self.ranges = {d: self.TOP if not d else (_prefix_range(d),) for d in self.dirs}
-        self.puts = store.app.kv_follow([r for rs in self.ranges.values() for r in rs])
+        self.puts = store.app.kv_follow([self.EVERY_KEY])
         self.first = True
 
     def next(self, timeout: float) -> dict[str, str]:
@@ -445,8 +455,13 @@ class SkeinFeed(Feed):
             self.first = False
             return self._all()
         wanted = set(self.dirs)
-        return {k: v.decode("utf-8") for k, v in self.puts.next(timeout)
-                if k.rpartition("/")[0] in wanted}
+        deadline = time.monotonic() + timeout
+        while True:
+            out = {k: v.decode("utf-8") for k, v in
+                   self.puts.next(max(0.0, deadline - time.monotonic()))
+                   if k.rpartition("/")[0] in wanted}
+            if out or time.monotonic() >= deadline:
+                return out
 
     def _all(self) -> dict[str, str]:
         out = {}

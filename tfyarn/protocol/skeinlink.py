@@ -16,6 +16,7 @@ Must not submit, list or kill applications (gateway-only: `client/skeinclient.py
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -26,6 +27,7 @@ from typing import Any, TypeVar
 from tfyarn.core.errors import StoreGone
 
 T = TypeVar("T")
+Range = tuple[str, "str | None"]  # [start, end) of keys; end None: no bound
 GRPC_FORK_VAR = "GRPC_ENABLE_FORK_SUPPORT"
 PRIMER_KEY = "tfyarn-primer"  # never put (see App._prime)
 SUBSCRIBE_S = 10.0  # a watch the AM has not confirmed by then never will be (_confirmed)
@@ -73,6 +75,7 @@ class App:
         self.raw = raw
         self.primer: Any = None
         self.watching: dict[str, Puts] = {}  # kv_expect's subscriptions, by key
+        self.kept: dict[Range, Any] = {}  # each range's watch, held for the process's life
 
     @classmethod
     def current(cls) -> App:
@@ -141,19 +144,36 @@ class App:
         """This process's subscription to puts of `key`, made now if it has none: made
         before the process announces what makes another put `key` (a launcher its
         address, before the driver puts the cluster spec), no put can race its creation
-        (see `_prime`), and repeated waits create nothing."""
+        (see `_prime`), and repeated waits create nothing. A range this process already
+        watches serves it without a new watch (see `kv_follow`)."""
         puts = self.watching.get(key)
         if puts is None:
-            puts = self.watching[key] = self.kv_follow([(key, key + "\0")])
+            covering = [r for r in self.kept if _covers(r, key)]
+            puts = self.watching[key] = self.kv_follow(covering[:1] or [(key, key + "\0")],
+                                                       only=key)
         return puts
 
-    def kv_follow(self, ranges: Sequence[tuple[str, str | None]]) -> Puts:
+    def kv_follow(self, ranges: Sequence[Range], only: str | None = None) -> Puts:
         """A subscription to the puts of every key in each [start, end) range (end None:
-        no bound), in one queue: events, not rescans."""
+        no bound), in one queue (of `only`'s puts alone, if given): events, not rescans.
+
+        The ApplicationMaster is asked to watch a range once per process, and never to
+        stop: skein's AM answers a watch's creation or cancellation on the stream's own
+        thread, while a put's thread sends the same stream a matching event, and the
+        two sends race (`sendHeaders has already been called`, or a confirmation lost:
+        the driver restarting a gang waited for one that never came). A queue made
+        later for a watched range, or closed, sends the AM nothing."""
         self._prime()
-        queue = gone_on_failure(self.raw.kv.event_queue)
         for start, end in ranges:
-            _confirmed(lambda s=start, e=end: queue.subscribe(start=s, end=e, event_type="put"))
+            if (start, end) not in self.kept:
+                keeper = gone_on_failure(_sieve_type(), self.raw.kv, lambda key: False)
+                _confirmed(lambda k=keeper, s=start, e=end:
+                           k.subscribe(start=s, end=e, event_type="put"))
+                self.kept[(start, end)] = keeper
+        queue = gone_on_failure(_sieve_type(), self.raw.kv,
+                                lambda key: only is None or key == only)
+        for start, end in ranges:  # watched (just above): skein asks the AM nothing
+            gone_on_failure(queue.subscribe, start=start, end=end, event_type="put")
         return Puts(queue)
 
     def containers(self, states: list[str] | None = None,
@@ -204,8 +224,33 @@ class Puts:
             block = False
 
     def close(self) -> None:
+        """Stop queueing (the AM's watch stays: see `App.kv_follow`)."""
         with contextlib.suppress(*failures()):
             self.queue.unsubscribe_all()
+
+
+def _covers(r: Range, key: str) -> bool:
+    start, end = r
+    return start <= key and (end is None or key < end)
+
+
+@functools.cache
+def _sieve_type() -> type:
+    """skein's event queue, keeping only the puts of keys `keep` accepts (and a broken
+    stream's error): a wide watch shared by a narrow wait queues nothing else, and a
+    keeper (`keep` accepts none) holds a watch without growing."""
+    import skein
+
+    class Sieve(skein.kv.EventQueue):  # type: ignore[misc]
+        def __init__(self, kv: Any, keep: Callable[[str], bool]) -> None:
+            super().__init__(kv)
+            self.keep = keep
+
+        def put(self, item: Any, block: bool = True, timeout: float | None = None) -> None:
+            if isinstance(item, Exception) or self.keep(item.key):
+                super().put(item, block, timeout)
+
+    return Sieve
 
 
 def _confirmed(subscribe: Callable[[], T]) -> T:

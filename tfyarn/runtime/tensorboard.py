@@ -69,6 +69,7 @@ def wait_for_job_end(store: kvmod.KV, flag: StopFlag, linger_s: float) -> None:
     """Until the job has its final status (then `linger_s` more, unless it is killed), a
     signal comes, or the store is gone (on YARN: the ApplicationMaster ended)."""
     try:
+        store.expect([kvmod.STATUS, kvmod.KILL])  # both now: no watch is made as puts come
         while store.wait(kvmod.STATUS, timeout=WAKE_S) is None:
             if flag.check():
                 return

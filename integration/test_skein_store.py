@@ -1,0 +1,110 @@
+"""skein's key-value store as tfyarn uses it, against a real ApplicationMaster: a
+process that makes and drops subscriptions while other processes put keys (the driver
+restarting a gang while launchers register) loses no confirmation and fails no put.
+
+skein's AM answers a watch's creation or cancellation on the stream's own thread while
+a put's thread sends the same stream an event; before `App.kv_follow` kept each watch
+for the process's life, the two sends raced and a restart's driver died in about one
+job in ten (`never confirmed a watch on the store`, CI).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol.skeinlink import App
+
+ROUNDS = 1000  # gangs' feeds made and dropped while puts flow (before: failed by ~150)
+FIRST_GANG = 1000  # far from the running job's own gang 0
+
+
+@pytest.fixture
+def running_app(apps, tmp_path):
+    """A running application (a standalone task sleeping); its id."""
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "standalone",
+                             "-wm", "1024", "--python", sys.executable, "-c", "sleep 600"],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    app_id = proc.stdout.readline().strip()
+    apps.append(app_id)
+    yield app_id
+    proc.kill()
+    proc.communicate()
+
+
+def _connect(app_id: str) -> App:
+    """A client of its own (its own watch stream), as each container's process has."""
+    import skein
+    from conftest import wait_until
+
+    client = skein.Client()
+    apps: list[App] = []
+
+    def connected() -> bool:
+        try:
+            apps.append(App(client.connect(app_id, wait=False)))
+        except (skein.exceptions.ApplicationNotRunningError, ValueError):
+            return False
+        return True
+
+    wait_until(connected, 300, f"{app_id} running")
+    return apps[0]
+
+
+def _comes(feed: kvmod.Feed, key: str, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if key in feed.next(deadline - time.monotonic()):
+            return True
+    return False
+
+
+def test_gangs_feeds_made_and_dropped_while_puts_flow(running_app):
+    """The driver's pattern, a gang after another: its own puts, a feed of the new gang's
+    dirs, a drop; meanwhile launchers put addresses, exits and heartbeats. Before the
+    fix a watch went unconfirmed within 150 rounds, every time."""
+    putter, follower = _connect(running_app), _connect(running_app)
+    stop, errors, gang = threading.Event(), [], [FIRST_GANG]
+
+    def launchers() -> None:
+        i = 0
+        try:
+            while not stop.is_set():
+                i += 1
+                g, value = gang[0], str(i).encode()
+                putter.kv_put(f"gang/{g}/addr/worker:{i % 2}", value)
+                putter.kv_put(f"gang/{g - 1}/exit/worker:{i % 2}", value)
+                putter.kv_put(f"gang/{g}/beat/worker:{i % 2}", value)
+                putter.kv_put("test-client", value)
+        except Exception as exc:  # noqa: BLE001 - the assertion below reports it
+            errors.append(exc)
+
+    thread = threading.Thread(target=launchers, daemon=True)
+    thread.start()
+    store = kvmod.SkeinKV(follower)
+    try:
+        for g in range(FIRST_GANG, FIRST_GANG + ROUNDS):
+            gang[0] = g
+            store.put("test-phase", "registering")
+            feed = store.feed(["", *(f"gang/{g}/{kind}" for kind in kvmod.EVENT_KINDS)])
+            feed.next(0)
+            for _ in range(3):  # a gang's few steps (the driver's tick is longer)
+                feed.next(0.05)
+            store.put("test-phase", "stopping")
+            feed.close()
+            store.put("test-phase", "restarting")
+        feed = store.feed([f"gang/{g}/addr"])  # and a feed still brings what is put
+        feed.next(0)
+        assert _comes(feed, f"gang/{g}/addr/worker:1", 30)
+    finally:
+        stop.set()
+        thread.join(30)
+    assert not errors, errors
+    putter.kv_put("test-last", b"1")
+    assert store.wait("test-last", timeout=5) == "1"
