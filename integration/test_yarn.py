@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
@@ -23,6 +24,7 @@ from conftest import (
     yarn_cli,
 )
 
+from tfyarn.hdfs import plugin as hdfs
 from tfyarn.hdfs import siteconf
 
 pytestmark = pytest.mark.yarn
@@ -373,6 +375,19 @@ def test_census_trains_from_hdfs_on_yarn(el_submit, tmp_path, hdfs_dir):
     acc = [float(x) for x in re.findall(r"eval_accuracy=(\d\.\d+)",
                                         aggregated_logs(app_id, "chief:0"))]
     assert acc and acc[-1] >= 0.83
+    # the chief exported its model to the default model dir on HDFS; TF reads it back
+    # through the plugin on the gateway and scores adult.test the same
+    model = f"hdfs:///user/{getpass.getuser()}/.tfyarn/models/{app_id}"
+    assert f"tfyarn: model dir (TFYARN_MODEL_DIR): {model}\n" in out.stderr
+    try:
+        scored = subprocess.run(
+            [sys.executable, "census_single.py", "--score", model, "--data-dir", str(DATA)],
+            cwd=tmp_path, capture_output=True, text=True, timeout=300,
+            env={**os.environ, **hdfs.plugin_env(dict(os.environ))})
+        assert scored.returncode == 0, scored.stderr[-3000:]
+        assert f"eval_accuracy={acc[-1]:.4f}" in scored.stdout
+    finally:
+        hdfs_cli("-rm", "-r", "-f", "-skipTrash", model.replace("hdfs://", ""))
 
 
 def test_tfrecords_and_a_checkpoint_on_hdfs(el_submit, hdfs_dir):

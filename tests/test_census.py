@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import CENSUS, DATA, job_processes
@@ -66,6 +70,15 @@ def test_seed_command_local(el_submit, workdir):
     assert accuracy(out.stderr) >= 0.83
     assert "ps:0: exit code -15 (stopped)" in out.stderr  # -x True stopped the ps
     assert job_processes(out.stdout.strip()) == []
+    # the chief exported its model to the job dir's model/, which outlived the job dir
+    model = re.search(r"^tfyarn: model \(TFYARN_MODEL_DIR\): (\S+)$", out.stderr, re.M)
+    assert model and model[1].endswith("/model"), out.stderr[-2000:]
+    assert sorted(os.listdir(Path(model[1]).parent)) == ["model"]
+    assert (Path(model[1]) / "saved_model.pb").exists()
+    scored = subprocess.run([sys.executable, "census_single.py", "--score", model[1]],
+                            cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert scored.returncode == 0, scored.stderr[-3000:]
+    assert f"eval_accuracy={accuracy(out.stderr):.4f}" in scored.stdout
 
 
 def test_parameter_server_strategy_with_workers(el_submit, workdir):
@@ -86,10 +99,17 @@ def test_synthetic_standalone(el_submit, tmp_path):
     assert re.search(r"^\[worker:0\] eval_accuracy=0\.[7-9]\d+$", out.stderr, re.M)
 
 
-def test_multi_worker_mirrored(el_submit, workdir):
+def test_multi_worker_mirrored(el_submit, workdir, tmp_path):
+    model = tmp_path / "exported"
     out = el_submit("-t", "tensorflow-worker", "-wn", "2", "-f", "./", "--local",
+                    "--model-dir", str(model),
                     "-c", "python", "census_single.py", "--epochs", "3", cwd=workdir, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
+    # worker 0 alone exports (a plain copy of the synchronized model), to --model-dir
+    assert re.findall(r"^\[(worker:\d)\] model exported to (\S+)$", out.stderr, re.M) == [
+        ("worker:0", str(model))]
+    assert f"tfyarn: model (TFYARN_MODEL_DIR): {model}" in out.stderr
+    assert (model / "saved_model.pb").exists() and (model / "encoder.json").exists()
     found = dict(re.findall(r"^\[(worker:\d)\] eval_accuracy=(\d\.\d+)$", out.stderr, re.M))
     assert set(found) == {"worker:0", "worker:1"}
     assert found["worker:0"] == found["worker:1"]  # one synchronized model, not two copies

@@ -96,13 +96,29 @@ def test_a_new_attempt_sees_nothing_of_the_old_one(el_submit, tmp_path):
 
 def test_checkpoint_dir_and_attempt_reach_every_task(el_submit, tmp_path):
     ckpt = tmp_path / "ckpt"
-    out = el_submit(*WORKERS, "--checkpoint-dir", str(ckpt), "-c",
-                    'echo "attempt=$TFYARN_ATTEMPT dir=$TFYARN_CHECKPOINT_DIR"')
+    out = el_submit(*WORKERS, "--checkpoint-dir", str(ckpt), "--model-dir", "hdfs:///m/1", "-c",
+                    'echo "attempt=$TFYARN_ATTEMPT dir=$TFYARN_CHECKPOINT_DIR '
+                    'model=$TFYARN_MODEL_DIR"')
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stderr.count(f"attempt=0 dir={ckpt}") == 2
-    default = el_submit(*WORKERS, "-c", 'echo "dir=$TFYARN_CHECKPOINT_DIR"')
+    assert out.stderr.count(f"attempt=0 dir={ckpt} model=hdfs:///m/1") == 2
+    default = el_submit(*WORKERS, "-c", 'echo "dir=$TFYARN_CHECKPOINT_DIR model=$TFYARN_MODEL_DIR"')
     dirs = set(re.findall(r"dir=(\S+)", default.stderr))
     assert len(dirs) == 1 and dirs.pop().startswith(str(el_submit.tmpdir))
+    models = set(re.findall(r"model=(\S+)", default.stderr))
+    assert len(models) == 1 and models.pop().endswith("/model")
+    assert "TFYARN_MODEL_DIR" not in default.stderr.split("SUCCEEDED", 1)[1]  # nothing written
+
+
+def test_a_model_dir_is_relative_to_the_cwd_and_refused_empty(el_submit, tmp_path):
+    out = el_submit(*WORKERS, "--model-dir", "out/m", "-c",
+                    'mkdir -p "$TFYARN_MODEL_DIR" && echo "$TFYARN_TASK_INDEX" > '
+                    '"$TFYARN_MODEL_DIR/w$TFYARN_TASK_INDEX"', cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path / "out" / "m")) == ["w0", "w1"]
+    assert f"tfyarn: model (TFYARN_MODEL_DIR): {tmp_path / 'out' / 'm'}" in out.stderr
+    empty = el_submit(*WORKERS, "--model-dir", " ", "-c", "true")
+    assert empty.returncode == 2 and "Error: --model-dir: empty value" in empty.stderr
+    assert "Traceback" not in empty.stderr
 
 
 def test_bad_restart_flags_are_refused(el_submit):

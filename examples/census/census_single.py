@@ -11,6 +11,10 @@ Reads adult.data / adult.test (or their .gz, as shipped beside this script: UCI 
 CC BY 4.0, see README.md here) from the working dir or --data-dir (anything tf.io.gfile
 opens, hdfs:// included). Prints `eval_accuracy=0.xxxx` on its own line at the end.
 
+Exports the trained model to --model-dir (default: tfyarn's TFYARN_MODEL_DIR) as a
+SavedModel, with its encoder (encoder.json) beside it; `--score DIR` loads one back (a
+local path or hdfs://) and scores adult.test with it, printing `eval_accuracy=` again.
+
 Saves a checkpoint after every epoch in --checkpoint-dir (default: tfyarn's
 TFYARN_CHECKPOINT_DIR) and resumes from the latest one, printing `resumed from epoch K`:
 so a job restarted by tfyarn (--max-restarts) goes on where it stopped. Writes TensorBoard
@@ -59,6 +63,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "$TFYARN_CHECKPOINT_DIR; none: no checkpoints)")
     p.add_argument("--tensorboard-dir", default=os.environ.get("TFYARN_TENSORBOARD_DIR"),
                    help="write TensorBoard scalars here (default $TFYARN_TENSORBOARD_DIR)")
+    p.add_argument("--model-dir", default=os.environ.get("TFYARN_MODEL_DIR"),
+                   help="export the trained model here, a SavedModel (default "
+                        "$TFYARN_MODEL_DIR; none: no export)")
+    p.add_argument("--score", metavar="MODEL_DIR",
+                   help="no training: load an exported model and score adult.test with it")
     return p.parse_args(argv)
 
 
@@ -181,6 +190,7 @@ class Encoder:
         self.size = size
         self.mean = np.array(state["mean"], dtype=np.float32)
         self.std = np.array(state["std"], dtype=np.float32) + 1e-6
+        self.state = state  # exported beside the model: scoring encodes rows alike
 
     def ids(self, r: dict[str, str]) -> list[int]:
         out = [self.offsets[c] + self.vocab[c].get(r[c], 0) for c in CATEGORICAL]
@@ -248,9 +258,12 @@ def dataset(features: dict, labels: np.ndarray, batch: int, repeat: bool):
 
 
 def evaluate(model, features: dict, labels: np.ndarray, batch: int = 4096) -> float:
-    """Plain batched forward passes: `model.predict` refuses to run under PSS."""
+    """Plain batched forward passes: `model.predict` refuses to run under PSS (`model` may
+    be an exported model's `serve`, which takes no `training`)."""
+    call = model if not hasattr(model, "trainable_variables") else \
+        (lambda x: model(x, training=False))
     logits = np.concatenate([
-        np.asarray(model({k: v[i:i + batch] for k, v in features.items()}, training=False))
+        np.asarray(call({k: v[i:i + batch] for k, v in features.items()}))
         for i in range(0, len(labels), batch)
     ]).reshape(-1)
     return float(np.mean((logits > 0) == (labels > 0.5)))
@@ -404,8 +417,37 @@ def serve(resolver) -> None:
                          protocol="grpc", start=True).join()
 
 
+def export(model, enc: Encoder, directory: str) -> None:
+    """The trained model as a SavedModel (a plain copy: no strategy's variables) and the
+    encoder's state beside it; only the chief (or MWMS worker 0) calls this."""
+    import tensorflow as tf
+
+    plain = build_model(enc)
+    plain.set_weights(model.get_weights())
+    plain.export(directory, format="tf_saved_model", verbose=False)
+    with tf.io.gfile.GFile(f"{directory.rstrip('/')}/encoder.json", "w") as f:
+        f.write(json.dumps(enc.state))
+    print(f"model exported to {directory}", flush=True)
+
+
+def score(args: argparse.Namespace) -> float:
+    """adult.test scored by an exported model (`serve`, the SavedModel's endpoint)."""
+    import tensorflow as tf
+
+    directory = args.score.rstrip("/")
+    with tf.io.gfile.GFile(f"{directory}/encoder.json", "r") as f:
+        enc = Encoder(state=json.loads(f.read()))
+    loaded = tf.saved_model.load(directory)
+    _, test_rows = load(args)
+    test, labels = enc.transform(test_rows)
+    return evaluate(loaded.serve, test, labels)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.score:
+        print(f"eval_accuracy={score(args):.4f}", flush=True)
+        return 0
     tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     cluster = tf_config.get("cluster", {})
     role = tf_config.get("task", {}).get("type", "chief")
@@ -420,16 +462,20 @@ def main(argv: list[str] | None = None) -> int:
     state = encoder_state(paths) if paths[0] and not args.synthetic else None
     enc = Encoder(train_rows, state)
     (train, labels), (test, test_labels) = enc.transform(train_rows), enc.transform(test_rows)
+    exports = True
     if "ps" in cluster and cluster.get("worker"):
         model, epochs = train_ps(args, enc, train, labels, resolver)
     elif "ps" not in cluster and len(cluster.get("worker", [])) > 1:
         model, epochs = train_mwms(args, enc, train, labels)
+        exports = resolver.task_id == 0
     else:
         model, epochs = train_here(args, enc, train, labels)
     accuracy = evaluate(model, test, test_labels)
     epochs.scalar("eval_accuracy", accuracy, args.epochs)
     print(f"trained on {len(labels)} rows, evaluated on {len(test_labels)}", flush=True)
     print(f"eval_accuracy={accuracy:.4f}", flush=True)
+    if args.model_dir and exports:
+        export(model, enc, args.model_dir)
     return 0
 
 

@@ -80,7 +80,7 @@ def args_of(spec: JobSpec) -> ElSubmitArgs:
         heartbeat_timeout=_whole(spec.heartbeat_timeout_s),
         max_restarts=str(spec.max_restarts), restart_on=spec.restart_on,
         gang_patience=_whole(spec.yarn.gang_patience_s),
-        checkpoint_dir=spec.checkpoint_dir,
+        checkpoint_dir=spec.checkpoint_dir, model_dir=spec.model_dir,
         tensorboard_linger=(_whole(spec.tensorboard_linger_s / 60)
                             if spec.tensorboard_dir is not None else None),
         tags=spec.yarn.tags, force=spec.yarn.max_upload_mb is None)
@@ -116,7 +116,7 @@ def _absolute(data: dict, base: str) -> dict:
     runtime = data.get("runtime")
     if isinstance(runtime, dict) and runtime.get("mode") == "virtual-env":
         out["runtime"] = {**runtime, "arg": fix(runtime.get("arg"))}
-    for key in ("checkpoint_dir", "tensorboard_dir"):
+    for key in ("checkpoint_dir", "model_dir", "tensorboard_dir"):
         if isinstance(data.get(key), str):
             out[key] = fix(data[key])
     out["data"] = [fix(p) if isinstance(p, str) else p for p in data.get("data") or ()]

@@ -219,6 +219,10 @@ class ElSubmitArgs:
     checkpoint_dir: str | None = _flag("--checkpoint-dir", "DIR", "TFYARN_CHECKPOINT_DIR for "
                                        "every task (default: the job dir locally, "
                                        "hdfs:///user/$USER/.tfyarn/checkpoints/APP_ID on YARN)")
+    model_dir: str | None = _flag("--model-dir", "DIR", "TFYARN_MODEL_DIR for every task: "
+                                  "where the trained model goes (default: the job dir's "
+                                  "model/ locally, hdfs:///user/$USER/.tfyarn/models/APP_ID "
+                                  "on YARN)")
     command: tuple[str, ...] = ()  # -c: the rest of the line (see main.split_command)
     data: tuple[str, ...] = _flag("--data", "PATH", "a committed dataset "
                                   "(tfyarn.data.spark.write) every task reads (repeatable): "
@@ -340,6 +344,7 @@ def _check_texts(a: ElSubmitArgs) -> None:
         ("--python", a.python, "an interpreter"), ("-log_tensorboard", a.log_tensorboard, "a dir"),
         ("--restart-on", a.restart_on, " or ".join(RESTART_ON)),
         ("--checkpoint-dir", a.checkpoint_dir, "a dir or hdfs:// URL"),
+        ("--model-dir", a.model_dir, "a dir or hdfs:// URL"),
         *(("--tag", t, "a tag") for t in a.tags),
     ):
         parse_text(flag, value, what)
@@ -411,6 +416,7 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
         timeout_s=float(timeout) if timeout else None,
         heartbeat_timeout_s=float(heartbeat),
         **_restarts(a, cwd),
+        model_dir=_local_path(a.model_dir, cwd),
         **_tensorboard(a, cwd),
         yarn=YarnOptions(
             queue=a.queue,

@@ -146,6 +146,25 @@ class JobDir:
         return f"dir:{self.kv_root}"
 
     @property
+    def model_dir(self) -> str:
+        """TFYARN_MODEL_DIR when --model-dir is not given: kept when the job succeeds."""
+        return os.path.join(self.root, "model")
+
+    def remove(self, keep: str | None = None) -> None:
+        """The job dir, all of it but `keep` (a dir in it) if given."""
+        if keep is None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            return
+        for name in os.listdir(self.root):
+            path = os.path.join(self.root, name)
+            if path == keep:
+                continue
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.unlink(path)
+
+    @property
     def job_json(self) -> str:
         return os.path.join(self.root, "job.json")
 
@@ -199,8 +218,11 @@ def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory, settings: Settings
         os.makedirs(jd.task_dir(container))
         filesmod.link_into(names, jd.shared_files, jd.task_dir(container))
     ckpt = spec.checkpoint_dir or os.path.join(jd.root, "checkpoints")  # restarts resume here
+    model = spec.model_dir or jd.model_dir
+    if "://" not in model:
+        os.makedirs(model, exist_ok=True)
     with open(jd.job_json, "w", encoding="utf-8") as f:
-        f.write(dataclasses.replace(spec, checkpoint_dir=ckpt).to_json())
+        f.write(dataclasses.replace(spec, checkpoint_dir=ckpt, model_dir=model).to_json())
     if spec.runtime.mode == "virtual-env":
         return unpack_env(spec.runtime.arg or "", os.path.join(jd.root, "env"))
     return os.path.dirname(sys.executable)

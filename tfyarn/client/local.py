@@ -203,12 +203,20 @@ class LocalJob:
                 os.path.join(jd.root, "logs")
             raise common.failed(outcome, f"job {self.job_id}", outcome.state,
                                 f"ran {took}; full log: less {where}")
+        model = written_dir(self.spec.model_dir or jd.model_dir)
         if self.settings.keep_job_dir:
             say(f"logs kept (TFYARN_KEEP_JOB_DIR): {jd.root}/logs")
         else:
-            shutil.rmtree(jd.root, ignore_errors=True)
+            jd.remove(keep=None if self.spec.model_dir else model)
         say(f"job {self.job_id} SUCCEEDED in {took}: {outcome.message}")
+        if model:
+            say(f"model (TFYARN_MODEL_DIR): {model}")
         return outcome
+
+
+def written_dir(path: str) -> str | None:
+    """`path` if the tasks wrote something there (a local dir; a URL is not looked at)."""
+    return path if "://" not in path and os.path.isdir(path) and os.listdir(path) else None
 
 
 def task_log(spec: JobSpec, jd: JobDir, task: str) -> str:

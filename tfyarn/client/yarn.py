@@ -40,7 +40,7 @@ from tfyarn.core.progress import Progress
 from tfyarn.core.records import Outcome
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
-from tfyarn.core.tfconfig import Task, natural
+from tfyarn.core.tfconfig import Task, model_dir, natural
 from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_END_POLL_S, YARN_POLL_S
 from tfyarn.hdfs import siteconf
 from tfyarn.hdfs.spnego import Negotiator
@@ -529,6 +529,8 @@ class Watcher:
         state = final if final in STATE_EXIT else ("KILLED" if self.state == "KILLED" else "FAILED")
         if state == "SUCCEEDED":
             say(f"{self.app_id} SUCCEEDED in {elapsed_words(time.monotonic() - self.begun)}")
+            say(f"model dir (TFYARN_MODEL_DIR): "
+                f"{model_dir(self.spec.model_dir, self.app_id, self.opts.settings.user)}")
             return 0
         if outcome is None:
             diagnostics = am_end(diagnostics or "", self.am_host) or diagnostics

@@ -164,6 +164,7 @@ class JobSpec:
     max_restarts: int = 0  # gang restarts after a task failure (--max-restarts)
     restart_on: str = "retryable"  # which failures restart: retryable | any (--restart-on)
     checkpoint_dir: str | None = None  # TFYARN_CHECKPOINT_DIR; None: the backend's default
+    model_dir: str | None = None  # TFYARN_MODEL_DIR, where the trained model goes; likewise
     tensorboard_dir: str | None = None  # -log_tensorboard, when -enable_tensorboard True
     tensorboard_linger_s: float = 0.0  # TensorBoard stays this long after the job ended
     yarn: YarnOptions = field(default_factory=YarnOptions)

@@ -92,10 +92,19 @@ def checkpoint_dir(given: str | None, job_id: str, user: str) -> str:
     return given or f"hdfs:///user/{user}/.tfyarn/checkpoints/{job_id}"
 
 
-def run_env(attempt: int, checkpoints: str, tensorboard: str | None) -> dict[str, str]:
+def model_dir(given: str | None, job_id: str, user: str) -> str:
+    """--model-dir, else (on YARN: the local client always gives one) a dir per
+    application under the user's HDFS home, which outlives the containers."""
+    return given or f"hdfs:///user/{user}/.tfyarn/models/{job_id}"
+
+
+def run_env(attempt: int, checkpoints: str, model: str,
+            tensorboard: str | None) -> dict[str, str]:
     """Where this run of the task stands: which gang (0 first, restarts count up), where
-    to save and resume from, and where TensorBoard reads summaries (when it runs)."""
-    env = {"TFYARN_ATTEMPT": str(attempt), "TFYARN_CHECKPOINT_DIR": checkpoints}
+    to save and resume from, where the trained model goes, and where TensorBoard reads
+    summaries (when it runs)."""
+    env = {"TFYARN_ATTEMPT": str(attempt), "TFYARN_CHECKPOINT_DIR": checkpoints,
+           "TFYARN_MODEL_DIR": model}
     if tensorboard:
         env["TFYARN_TENSORBOARD_DIR"] = tensorboard
     return env

@@ -40,6 +40,7 @@ from tfyarn.core.tfconfig import (
     container_devices,
     device_env,
     identity_env,
+    model_dir,
     run_env,
     tf_env,
     thread_env,
@@ -370,8 +371,9 @@ class Launcher:
             env.update(allreduce_env(rank, ranks.master, ranks.rendezvous))
             vcores = job.container_of(slot.task).resources.vcores
             env.update(thread_env(vcores, len(self.args.tasks), {**os.environ, **env}))
-        env.update(run_env(self.args.attempt, checkpoint_dir(
-            job.checkpoint_dir, job_id, self.settings.user), job.tensorboard_dir))
+        user = self.settings.user
+        env.update(run_env(self.args.attempt, checkpoint_dir(job.checkpoint_dir, job_id, user),
+                           model_dir(job.model_dir, job_id, user), job.tensorboard_dir))
         env[RESULT_VAR] = slot.result_file
         if job.runtime.mode == "local":  # `tfyarn.run`'s tasks: the launcher's own python
             env.setdefault("TFYARN_PYTHON", sys.executable)  # (else the env's, on PATH)
@@ -395,7 +397,8 @@ class Launcher:
         assert a.docker is not None
         res = a.job.container_of(slot.task).resources
         cwd = os.getcwd()
-        extra = [env_vars.get(k, "") for k in ("TFYARN_CHECKPOINT_DIR", "TFYARN_TENSORBOARD_DIR")]
+        extra = [env_vars.get(k, "") for k in ("TFYARN_CHECKPOINT_DIR", "TFYARN_MODEL_DIR",
+                                                 "TFYARN_TENSORBOARD_DIR")]
         for d in extra:
             if os.path.isabs(d):
                 os.makedirs(d, exist_ok=True)
