@@ -423,13 +423,13 @@ class Watcher:
     am_host: str = ""  # where the ApplicationMaster ran, for a failure that took it away
     store: kvmod.SkeinKV | None = None
     status_puts: Puts | None = None  # the store's STATUS, subscribed to once
-    opts: ClientOptions | None = None  # the login `yarn logs` uses at the end
+    opts: ClientOptions = field(default_factory=ClientOptions)  # logins, the user, settings
     begun: float = field(default_factory=time.monotonic)
     view: StoreView = field(init=False)
     reports: Reports = field(init=False)
 
     def __post_init__(self) -> None:
-        self.view = StoreView(self.spec, self.follow, web_login(self.opts or ClientOptions()))
+        self.view = StoreView(self.spec, self.follow, web_login(self.opts))
         self.reports = Reports(self.client, self.app_id)
 
     def run(self, until: float | None = None) -> int:
