@@ -383,11 +383,21 @@ def test_census_trains_from_hdfs_on_yarn(el_submit, tmp_path, hdfs_dir):
         scored = subprocess.run(
             [sys.executable, "census_single.py", "--score", model, "--data-dir", str(DATA)],
             cwd=tmp_path, capture_output=True, text=True, timeout=300,
-            env={**os.environ, **hdfs.plugin_env(dict(os.environ))})
+            env=_gateway_tf_env())
         assert scored.returncode == 0, scored.stderr[-3000:]
         assert f"eval_accuracy={acc[-1]:.4f}" in scored.stdout
     finally:
         hdfs_cli("-rm", "-r", "-f", "-skipTrash", model.replace("hdfs://", ""))
+
+
+def _gateway_tf_env() -> dict[str, str]:
+    """What a TF process on the gateway needs to read hdfs:// through the plugin: the hook,
+    and libhdfs's JVM (Hadoop's CLASSPATH, libjvm's dir), as the containers get them."""
+    from tfyarn.hdfs import jni
+
+    env = {**os.environ, **jni.client_env(os.environ),
+           "LD_LIBRARY_PATH": f"{os.environ['JAVA_HOME']}/lib/server"}
+    return {**env, **hdfs.plugin_env(env)}
 
 
 def test_tfrecords_and_a_checkpoint_on_hdfs(el_submit, hdfs_dir):
