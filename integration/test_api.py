@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import getpass
 import os
 import signal
 import sys
@@ -49,6 +50,7 @@ def test_logs_follow_yields_every_line_once_and_wait_gives_the_outcome(submitted
     assert outcome.state == "SUCCEEDED"
     assert [(str(s.task), s.state) for s in job.tasks()] == [
         ("worker:0", State.SUCCEEDED), ("worker:1", State.SUCCEEDED)]
+    assert job.model_dir == f"hdfs:///user/{getpass.getuser()}/.tfyarn/models/{job.id}"
     job.close()
 
 
@@ -92,6 +94,7 @@ def test_attach_follows_a_job_el_submit_submitted(el_submit):
     assert job.status().final_status == "SUCCEEDED"
     assert sorted(x for x in job.logs() if x.startswith("attached-")) == [
         "attached-0", "attached-1"]
+    assert job.model_dir.endswith(f"/.tfyarn/models/{app_id}")
 
 
 def test_run_ships_the_callers_own_env_on_yarn(tmp_path):

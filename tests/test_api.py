@@ -39,6 +39,19 @@ def test_a_local_job_from_python_logs_each_line_once_and_ends_with_its_outcome(c
     assert job_processes(job.id) == []
 
 
+def test_a_local_jobs_model_dir_outlives_its_job_dir(tmp_path):
+    write = 'mkdir -p "$TFYARN_MODEL_DIR" && echo w > "$TFYARN_MODEL_DIR/saved_model.pb"'
+    job = tfyarn.submit(kind="standalone", local=True, command=write)
+    assert job.wait().state == "SUCCEEDED"
+    model = job.model_dir
+    assert os.listdir(model) == ["saved_model.pb"]
+    assert os.listdir(os.path.dirname(model)) == ["model"]  # the rest of the job dir went
+    given = tfyarn.submit(kind="standalone", local=True, command=write, model_dir="out/m")
+    assert given.model_dir == str(tmp_path / "out" / "m")
+    given.wait()
+    assert os.listdir(tmp_path / "out" / "m") == ["saved_model.pb"]
+
+
 def test_bad_options_raise_the_flags_words_as_a_value_error(el_submit):
     with pytest.raises(ValueError) as bad:
         tfyarn.submit(kind="tensorflow-worker", workers=0, command="true", local=True)

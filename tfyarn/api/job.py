@@ -110,6 +110,13 @@ class Job:
         """Let go of what the handle holds (a YARN job: its client's JVM); the job runs on."""
         self._backend.close()
 
+    @property
+    def model_dir(self) -> str:
+        """Where the tasks were told to put the trained model (TFYARN_MODEL_DIR): a local
+        job's stays when it succeeds; `tf.saved_model.load` reads an hdfs:// one through
+        tfyarn's plugin (see the README's HDFS section)."""
+        return self._backend.model_dir()
+
     def detach(self) -> Job:
         """Leave the job running when a `with` block ends."""
         self._detached = True
@@ -168,6 +175,8 @@ class _Backend:
 
     def key(self, key: str) -> str | None: ...
 
+    def model_dir(self) -> str: ...
+
     def close(self) -> None:
         """Let go of what the handle holds (a YARN client's JVM)."""
 
@@ -189,9 +198,10 @@ class _Local(_Backend):
     handle reads its job dir (store, logs) and its client's stderr (progress)."""
 
     def __init__(self, job_id: str, root: str, client: subprocess.Popen | None,
-                 progress: str | None, keep: bool) -> None:
+                 progress: str | None, keep: bool, model: str | None = None) -> None:
         self.id, self.root, self.client = job_id, root, client
         self.progress, self.keep = progress, keep
+        self.model = model  # --model-dir, if given (else the job dir's model/)
         self.shown = 0  # bytes of the client's progress already shown
         self.outcome: Outcome | None = None
 
@@ -222,7 +232,7 @@ class _Local(_Backend):
                 client.returncode, TfYarnError)
             raise error(said.removeprefix("Error: ") or
                         f"the local job did not start (exit code {client.returncode})")
-        return cls(job_id, root, client, progress, settings.keep_job_dir)
+        return cls(job_id, root, client, progress, settings.keep_job_dir, spec.model_dir)
 
     @classmethod
     def attach(cls, job_id: str, settings: Settings) -> _Local:
@@ -232,7 +242,17 @@ class _Local(_Backend):
         if root is None:
             raise TfYarnError(f"{job_id}: its job dir is gone (removed when a local job "
                               "succeeds; keep it with TFYARN_KEEP_JOB_DIR=1)")
-        return cls(job_id, root, None, None, True)
+        from tfyarn.client.jobdir import JobDir
+
+        model = None
+        with contextlib.suppress(OSError), open(JobDir(root).job_json, encoding="utf-8") as f:
+            model = JobSpec.from_json(f.read()).model_dir  # gone: the default dir
+        return cls(job_id, root, None, None, True, model)
+
+    def model_dir(self) -> str:
+        from tfyarn.client.jobdir import JobDir
+
+        return self.model or JobDir(self.root).model_dir
 
     @property
     def store(self) -> kvmod.KV:
@@ -289,7 +309,10 @@ class _Local(_Backend):
                             f"status (exit code {code}); its job dir: {self.root}")
         logs = os.path.join(self.root, "logs")
         if out.state == "SUCCEEDED" and not self.keep:
-            shutil.rmtree(self.root, ignore_errors=True)
+            from tfyarn.client.jobdir import JobDir
+            from tfyarn.client.local import written_dir
+
+            JobDir(self.root).remove(keep=None if self.model else written_dir(self.model_dir()))
         return _ended(out, f"job {self.id}", f"full logs: {logs}")
 
     def _show_progress(self) -> None:

@@ -22,6 +22,7 @@ from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec, Resources, Role
 from tfyarn.core.records import Outcome
 from tfyarn.core.say import say
+from tfyarn.core.tfconfig import model_dir
 from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
@@ -51,6 +52,14 @@ class YarnBackend(_Backend):
         with contextlib.suppress(StoreGone):
             return yarn.app_store(self.client, self.id)
         return None
+
+    def model_dir(self) -> str:
+        """--model-dir as submitted (attached: as the driver published it, while the
+        application runs), else the default under the user's HDFS home."""
+        given = self.spec.model_dir if self.spec is not None else None
+        if self.spec is None and (raw := self.key(kvmod.JOB)) is not None:
+            given = JobSpec.from_json(raw).model_dir
+        return model_dir(given, self.id, self.opts.settings.user)
 
     def key(self, key: str) -> str | None:
         store = self._store()
