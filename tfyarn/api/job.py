@@ -310,9 +310,8 @@ class _Local(_Backend):
         logs = os.path.join(self.root, "logs")
         if out.state == "SUCCEEDED" and not self.keep:
             from tfyarn.client.jobdir import JobDir
-            from tfyarn.client.local import written_dir
 
-            JobDir(self.root).remove(keep=None if self.model else written_dir(self.model_dir()))
+            JobDir(self.root).remove()
         return _ended(out, f"job {self.id}", f"full logs: {logs}")
 
     def _show_progress(self) -> None:

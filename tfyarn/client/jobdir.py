@@ -131,6 +131,11 @@ def unpack_env(archive: str, dest: str) -> str:
     return bin_dir
 
 
+def written_dir(path: str) -> str | None:
+    """`path` if the tasks wrote something there (a local dir; a URL is not looked at)."""
+    return path if "://" not in path and os.path.isdir(path) and os.listdir(path) else None
+
+
 @dataclass(frozen=True)
 class JobDir:
     """The on-disk layout of one local job."""
@@ -150,8 +155,10 @@ class JobDir:
         """TFYARN_MODEL_DIR when --model-dir is not given: kept when the job succeeds."""
         return os.path.join(self.root, "model")
 
-    def remove(self, keep: str | None = None) -> None:
-        """The job dir, all of it but `keep` (a dir in it) if given."""
+    def remove(self) -> None:
+        """The job dir, all of it but its model/ when a task wrote something there (a job
+        given --model-dir has none: its model lives elsewhere)."""
+        keep = written_dir(self.model_dir)
         if keep is None:
             shutil.rmtree(self.root, ignore_errors=True)
             return

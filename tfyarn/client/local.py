@@ -29,6 +29,7 @@ from tfyarn.client.jobdir import (
     new_job_id,
     preflight,
     stage,
+    written_dir,
 )
 from tfyarn.client.localprocs import (
     Procs,
@@ -207,16 +208,11 @@ class LocalJob:
         if self.settings.keep_job_dir:
             say(f"logs kept (TFYARN_KEEP_JOB_DIR): {jd.root}/logs")
         else:
-            jd.remove(keep=None if self.spec.model_dir else model)
+            jd.remove()
         say(f"job {self.job_id} SUCCEEDED in {took}: {outcome.message}")
         if model:
             say(f"model (TFYARN_MODEL_DIR): {model}")
         return outcome
-
-
-def written_dir(path: str) -> str | None:
-    """`path` if the tasks wrote something there (a local dir; a URL is not looked at)."""
-    return path if "://" not in path and os.path.isdir(path) and os.listdir(path) else None
 
 
 def task_log(spec: JobSpec, jd: JobDir, task: str) -> str:
