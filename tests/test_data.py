@@ -389,3 +389,184 @@ def test_data_with_fewer_shards_than_readers_is_refused_before_anything_starts(s
                                   "tasks (chief and workers, or ranks); rewrite it with "
                                   "shards=3 or more, or run fewer tasks")
     assert not list(tmp_path.glob("tfyarn-local_*"))  # no job dir: nothing was started
+
+
+# ---------------------------------------------------------------- streamed datasets (#31)
+
+
+def gated_df(spark, gates: Path, parts: int, size: int = 100):
+    """`parts` partitions of `size` rows; partition i writes nothing until gate file i
+    exists (the test opens them one by one)."""
+    folder = str(gates)
+
+    def rows(i):
+        while not os.path.exists(f"{folder}/{i}"):
+            time.sleep(0.02)  # a Spark task waiting for the test's gate file
+        return [(i * size + j, f"p{i}") for j in range(size)]
+
+    rdd = spark.sparkContext.parallelize(range(parts), parts).flatMap(rows)
+    return spark.createDataFrame(rdd, "id long, part string")
+
+
+class Writing:
+    """A streamed write on a thread of this process (Spark serves several jobs at once)."""
+
+    def __init__(self, spark, path: Path, df, **kw) -> None:
+        import threading
+
+        from tfyarn.data import spark as tds
+
+        self.result, self.error, self.commits = None, None, []
+        self.thread = threading.Thread(target=self._run, args=(tds, df, str(path), kw))
+        self.thread.start()
+
+    def _run(self, tds, df, path, kw) -> None:
+        try:
+            self.result = tds.write(df, path, stream=True, on_commit=self.commits.append, **kw)
+        except Exception as exc:  # the test asserts on it
+            self.error = exc
+
+    def shards(self) -> int:
+        """Shards in the newest manifest written (the first, empty, at the start)."""
+        return len(self.commits[-1].shards) if self.commits else 0
+
+    def join(self):
+        self.thread.join(timeout=300)
+        assert not self.thread.is_alive()
+        return self.result
+
+
+def open_gate(gates: Path, i: int) -> None:
+    (gates / str(i)).touch()
+
+
+def wait_for(cond, what: str, limit: float = 120) -> None:
+    deadline = time.monotonic() + limit
+    while not cond():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.05)  # polling another thread's progress
+
+
+def test_a_streamed_dataset_is_read_while_it_is_written_each_row_once(spark, tmp_path,
+                                                                       monkeypatch):
+    """Readers start on the first committed shard while Spark still writes the others,
+    follow the manifest until the seal, and between them read every row once."""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    path = tmp_path / "ds"
+    w = Writing(spark, path, gated_df(spark, gates, 4))
+    open_gate(gates, 0)
+    wait_for(lambda: w.shards() == 1, "the first shard committed")
+    open_m = read.manifest(str(path))
+    assert open_m.streamed and not open_m.sealed and len(open_m.shards) == 1
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    mine = read.rows(str(path))
+    early = [next(mine)["id"] for _ in range(100)]  # partition 0: before the others exist
+    assert not read.manifest(str(path)).sealed and sorted(early) == list(range(100))
+    for i in (1, 2, 3):
+        open_gate(gates, i)
+    final = w.join()
+    assert final.sealed and final.rows == 400 and w.commits[-1].sealed
+    assert not w.commits[0].shards  # the empty, open manifest: readers may start at once
+    first = early + [r["id"] for r in mine]
+    monkeypatch.setenv("RANK", "1")
+    second = [r["id"] for r in read.rows(str(path))]
+    assert len(first) == len(second) == 200
+    assert sorted(first + second) == list(range(400))  # every row, exactly once
+
+
+def test_a_streamed_tf_data_share_resumes_from_a_checkpoint_mid_stream(spark, tmp_path):
+    """A tf.data reader checkpointed while the write goes on, restored in a new pipeline
+    after the seal, reads on from the next row: nothing twice, nothing lost."""
+    import tensorflow as tf
+
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    path = tmp_path / "ds"
+    w = Writing(spark, path, gated_df(spark, gates, 4))
+    open_gate(gates, 0)
+    open_gate(gates, 1)
+    wait_for(lambda: w.shards() == 2, "two shards committed")
+    it = iter(read.dataset(str(path), 30))
+    first = [i for _ in range(5) for i in next(it)["id"].numpy().tolist()]  # 150 of 200
+    saved = tf.train.Checkpoint(iterator=it).save(str(tmp_path / "ckpt" / "it"))
+    open_gate(gates, 2)
+    open_gate(gates, 3)
+    assert w.join().sealed
+    again = iter(read.dataset(str(path), 30))
+    tf.train.Checkpoint(iterator=again).restore(saved)
+    rest = [i for b in again for i in b["id"].numpy().tolist()]
+    assert len(first) == 150 and sorted(first + rest) == list(range(400))
+
+
+def test_a_failed_streamed_write_fails_its_readers_with_sparks_reason(spark, tmp_path):
+    """The Spark job fails after a shard was committed: the write raises, and a reader
+    following the manifest raises the task's own error instead of waiting forever."""
+    from tfyarn.data import spark as tds
+
+    gates = tmp_path / "gates"
+    gates.mkdir()
+
+    def rows(i):
+        if i == 1:
+            while not os.path.exists(f"{gates}/1"):
+                time.sleep(0.02)  # a Spark task waiting for the test's gate file
+            raise ValueError("injected: partition 1 cannot be parsed")
+        return [(i * 10 + j,) for j in range(10)]
+
+    df = spark.createDataFrame(spark.sparkContext.parallelize(range(2), 2).flatMap(rows),
+                               "id long")
+    path = tmp_path / "ds"
+    w = Writing(spark, path, df)
+    wait_for(lambda: w.shards() == 1, "partition 0 committed")
+    mine = read.rows(str(path))
+    assert [next(mine)["id"] for _ in range(10)] == list(range(10))
+    open_gate(gates, 1)
+    w.join()
+    assert w.error is not None
+    with pytest.raises(read.WriteFailed, match="its writer failed: .*ValueError: injected: "
+                       "partition 1 cannot be parsed"):
+        next(mine)
+    assert "injected" in tds.spark_reason(w.error)
+
+
+def test_a_retried_task_of_a_streamed_write_commits_once(spark, tmp_path, monkeypatch):
+    """The first attempt of each partition dies half-way (its writer sees its input end
+    early and finishes its own loop, but Spark fails the task): only the retries' files
+    are committed. No duplicate, no missing row, one file each."""
+    from pyspark import TaskContext
+
+    from tfyarn.data import spark as tds
+
+    def flaky(i):
+        for j in range(200):
+            if j == 120 and TaskContext.get().attemptNumber() == 0:
+                raise RuntimeError("injected: the first attempt dies half-way")
+            yield (i * 1000 + j,)
+
+    monkeypatch.setattr(tds, "BATCH_ROWS", 50)
+    df = spark.createDataFrame(spark.sparkContext.parallelize(range(3), 3).flatMap(flaky),
+                               "id long")
+    m = tds.write(df, str(tmp_path / "ds"), stream=True)
+    ids = [r["id"] for r in read.rows(str(tmp_path / "ds"))]
+    assert m.sealed and len(m.shards) == 3 and len(ids) == len(set(ids)) == 600
+
+
+def test_in_order_assignment_never_moves_a_shard_and_stays_balanced():
+    import random
+
+    from tfyarn.data.manifest import assign_in_order
+
+    rng = random.Random(11)
+    for _ in range(200):
+        shards = [Shard(f"f{i}", rng.choice([1, 10, 100]) * rng.randint(1, 9), 0)
+                  for i in range(rng.randint(1, 30))]
+        readers = rng.randint(1, 5)
+        whole = assign_in_order(shards, readers)
+        for cut in range(len(shards)):
+            prefix = assign_in_order(shards[:cut], readers)
+            assert all(whole[r][:len(prefix[r])] == prefix[r] for r in range(readers))
+        loads = [sum(s.rows for s in share) for share in whole]
+        if len(shards) >= readers:
+            assert max(loads) - min(loads) <= max(s.rows for s in shards)

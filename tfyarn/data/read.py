@@ -10,6 +10,10 @@ Who reads:
 A TFRecord dataset is a `TFRecordDataset`, whose iterator state a `tf.train.Checkpoint`
 saves (a restarted job resumes where it stopped). Parquet is read through pyarrow, one
 row group at a time, never a whole file in memory.
+A streamed dataset (one still being written, `write(..., stream=True)`) is followed:
+a reader starts on its share of the shards committed so far and waits for the rest until
+the writer seals the manifest; the writer's failure is raised in every reader. Its
+tf.data form stays checkpointable: the k-th file of a share never changes.
 Must not read a shard another task reads, nor skip one: the split is the manifest's.
 """
 
@@ -19,16 +23,24 @@ import contextlib
 import json
 import os
 import sys
+import time
 import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-from tfyarn.core.errors import SpecError
+from tfyarn.core.errors import SpecError, TfYarnError
 from tfyarn.data import example as ex
-from tfyarn.data.manifest import NAME, Manifest, Shard, assign
+from tfyarn.data.manifest import NAME, Manifest, Shard, split
 
 DATA_VAR = "TFYARN_DATA"  # the job's --data paths, comma-separated
 SCHEMA_VAR = "TFYARN_DATA_SCHEMA"  # the first one's columns (JSON)
+FOLLOW_VAR = "TFYARN_DATA_FOLLOW_S"  # a streamed dataset that grows not for this long fails
+FOLLOW_S = 900.0
+POLL_S = 0.25  # a streamed dataset's manifest, looked at this often while waiting
+
+
+class WriteFailed(TfYarnError):
+    """The writer of a streamed dataset failed (its reason), or stopped writing."""
 
 
 def data_paths(env: Mapping[str, str] | None = None) -> list[str]:
@@ -119,10 +131,58 @@ def manifest(path: str, login: Any = None) -> Manifest:
 def share(path: str, input_context: Any = None) -> tuple[Manifest, list[Shard]]:
     m = manifest(path)
     index, readers = reader(input_context)
-    if len(m.shards) < readers:
+    if len(m.shards) < readers and m.sealed:
         raise SpecError(f"{path} has {len(m.shards)} shards for {readers} readers; rewrite it "
                         f"with shards={readers} or more")
-    return m, assign(m.shards, readers)[index]
+    return m, split(m, readers)[index]
+
+
+class Follower:
+    """A reader's share of a streamed dataset, as it grows: `nth(k)` waits until the
+    share's k-th shard is committed (None once the manifest is sealed without it)."""
+
+    def __init__(self, path: str, index: int, readers: int,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.path, self.index, self.readers = path, index, readers
+        self.limit = float((os.environ if env is None else env).get(FOLLOW_VAR, FOLLOW_S))
+        self.known: list[Shard] = []
+        self.sealed = False
+
+    def nth(self, k: int) -> Shard | None:
+        grown = time.monotonic()
+        while k >= len(self.known) and not self.sealed:
+            before = len(self.known)
+            self._look()
+            if len(self.known) > before:
+                grown = time.monotonic()
+            elif time.monotonic() - grown > self.limit:
+                raise WriteFailed(f"{self.path}: the streamed dataset has not grown for "
+                                  f"{self.limit:.0f} s and is not sealed: its writer stopped "
+                                  f"(set {FOLLOW_VAR} to wait longer)")
+            elif k >= len(self.known) and not self.sealed:
+                time.sleep(POLL_S)  # polling the writer's manifest, not ordering events
+        return self.known[k] if k < len(self.known) else None
+
+    def _look(self) -> None:
+        m = manifest(self.path)
+        if m.error:
+            raise WriteFailed(f"{self.path}: its writer failed: {m.error}")
+        self.known = split(m, self.readers)[self.index]
+        self.sealed = m.sealed
+
+    def __iter__(self) -> Iterator[Shard]:
+        k = 0
+        while (shard := self.nth(k)) is not None:
+            yield shard
+            k += 1
+
+
+def _files(path: str, input_context: Any = None) -> tuple[Manifest, Any]:
+    """This task's files: a list, or (streamed) a Follower of shards."""
+    m, mine = share(path, input_context)
+    if not m.streamed:
+        return m, [f"{path.rstrip('/')}/{s.file}" for s in mine]
+    return m, Follower(path, *reader(input_context))
 
 
 def dataset(path: str | None = None, batch_size: int | None = None, *,
@@ -132,11 +192,14 @@ def dataset(path: str | None = None, batch_size: int | None = None, *,
     import tensorflow as tf
 
     path = path or _first_path()
-    m, mine = share(path, input_context)
-    files = [f"{path.rstrip('/')}/{s.file}" for s in mine]
+    m, files = _files(path, input_context)
     if m.format == "parquet":
         return _parquet_dataset(tf, m, files, batch_size)
     spec = {c.name: _feature_spec(tf, c) for c in m.columns}
+    if not isinstance(files, list):  # streamed: in the caller's thread, nothing ahead
+        ds = _followed(tf, path, files)
+        return ds.batch(batch_size).map(lambda b: tf.io.parse_example(b, spec)) \
+            if batch_size else ds.map(lambda r: tf.io.parse_single_example(r, spec))
     ds = tf.data.TFRecordDataset(files)
     if batch_size:
         ds = ds.batch(batch_size).map(lambda b: tf.io.parse_example(b, spec),
@@ -145,6 +208,29 @@ def dataset(path: str | None = None, batch_size: int | None = None, *,
         ds = ds.map(lambda r: tf.io.parse_single_example(r, spec),
                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _followed(tf: Any, path: str, follower: Follower) -> Any:
+    """The records of a growing share: file k of the share (waited for) is a pure function
+    of k, so the pipeline's state is the file index and the offset in it, which a
+    `tf.train.Checkpoint` saves (the wait is external state it may ignore). Nothing reads
+    ahead on a thread of its own (no prefetch, no parallel map): a checkpoint taken
+    while a read-ahead waited for the next shard would wait with it."""
+    root = path.rstrip("/")
+
+    def nth(k: Any) -> bytes:
+        shard = follower.nth(int(k))
+        return b"" if shard is None else f"{root}/{shard.file}".encode()
+
+    names = tf.data.Dataset.range(1 << 62).map(
+        lambda k: tf.py_function(nth, [k], tf.string)).take_while(lambda f: f != "")
+    options = tf.data.Options()
+    options.experimental_external_state_policy = \
+        tf.data.experimental.ExternalStatePolicy.IGNORE
+    options.experimental_optimization.inject_prefetch = False  # tf.data's own read-ahead
+    options.experimental_optimization.map_parallelization = False
+    options.experimental_warm_start = False
+    return names.flat_map(tf.data.TFRecordDataset).with_options(options)
 
 
 def _feature_spec(tf: Any, c: Any) -> Any:
@@ -197,9 +283,12 @@ def rows(path: str | None = None, whole: bool = False) -> Iterator[dict[str, Any
     TensorFlow: for PyTorch and Horovod jobs too); a list column is a list, a scalar a
     value (None where the row had a null)."""
     path = path or _first_path()
-    m, mine = (manifest(path), None) if whole else share(path)
-    mine = list(m.shards) if mine is None else mine
-    files = [f"{path.rstrip('/')}/{s.file}" for s in mine]
+    if whole:
+        m, files = _files(path, _Whole())
+    else:
+        m, files = _files(path)
+    files = files if isinstance(files, list) else (
+        f"{path.rstrip('/')}/{s.file}" for s in files)
     if m.format == "parquet":
         import pyarrow.parquet as pq
 
@@ -213,6 +302,13 @@ def rows(path: str | None = None, whole: bool = False) -> Iterator[dict[str, Any
             for data in ex.read_records(f):
                 parsed = ex.parse(data)
                 yield {c.name: _plain(c, parsed.get(c.name)) for c in m.columns}
+
+
+class _Whole:
+    """An input context of one reader: every shard."""
+
+    input_pipeline_id = 0
+    num_input_pipelines = 1
 
 
 def _plain(c: Any, parsed: tuple[str, list] | None) -> Any:

@@ -16,13 +16,23 @@ file name, row count, size and CRC. It then writes the manifest last, through Sp
 own Hadoop FileSystem: a temp file, then one rename that overwrites. A task retried or
 run twice (speculation) writes a file of its own name, which no manifest names, and
 which is deleted after the commit.
+A streamed write (`stream=True`, TFRecord) commits each shard as its Spark task ends:
+each task adds what it wrote to an accumulator, which Spark merges on the driver once per
+partition, and only for a task that succeeded (a task whose input was cut short by a
+failure upstream may finish its own loop, but Spark fails it and drops its update); a
+thread of the driver adds each new shard to a growing manifest, so readers start before
+the last task ends. The end seals the manifest; a failure writes Spark's reason into it,
+which every following reader raises.
 Must not leave a dataset half-written under its name: the manifest is the commit point.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
+import re
+import threading
 import time
 import urllib.parse
 import uuid
@@ -31,9 +41,10 @@ from typing import Any
 
 from tfyarn.core.errors import SpecError
 from tfyarn.data import example as ex
-from tfyarn.data.manifest import FORMATS, NAME, Column, Manifest, Shard
+from tfyarn.data.manifest import FORMATS, NAME, STREAMED, Column, Manifest, Shard
 
 GENERATION_PREFIX = ".tfyarn-"
+POLL_S = 0.25  # the driver looks for newly claimed shards this often
 
 # Spark type name -> Example kind
 KINDS = {"bigint": ex.INT64, "int": ex.INT64, "smallint": ex.INT64, "tinyint": ex.INT64,
@@ -61,21 +72,25 @@ def columns_of(schema: Any) -> tuple[Column, ...]:
 
 
 def write(df: Any, path: str, format: str = "tfrecord", shards: int | None = None,
-          extra: dict | None = None) -> Manifest:
+          extra: dict | None = None, stream: bool = False,
+          on_commit: Callable[[Manifest], None] | None = None) -> Manifest:
     """Write `df` as a dataset at `path` (`hdfs://`, `file://` or a local path) in
     `shards` files (default: one per partition, no shuffle; another count repartitions),
     commit it, and return its manifest. `extra` (JSON-able) is kept in the manifest for
-    readers (vocabulary sizes, normalisation constants...)."""
+    readers (vocabulary sizes, normalisation constants...). `stream`: commit shard by
+    shard (readers follow the growing manifest), calling `on_commit` with each manifest
+    written, on a thread of its own."""
+    if stream:
+        streamed = Stream(df, path, shards, extra, on_commit)
+        streamed.begin()
+        return streamed.run()
     if format not in FORMATS:
         raise SpecError(f"format={format!r}: use one of {', '.join(FORMATS)}")
     columns = columns_of(df.schema)
-    shards = shards or df.rdd.getNumPartitions()
-    if shards < 1:
-        raise SpecError(f"shards={shards}: must be at least 1")
+    parts = _parts(df, shards)
     fs = HadoopFs(df.sparkSession, _qualified(path))
-    write_id = f"{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    write_id = _write_id()
     generation = f"{GENERATION_PREFIX}{write_id}"
-    parts = df if shards == df.rdd.getNumPartitions() else df.repartition(shards)
     if format == "parquet":
         written = _parquet(parts, fs, generation)
     else:
@@ -89,6 +104,74 @@ def write(df: Any, path: str, format: str = "tfrecord", shards: int | None = Non
     fs.commit(NAME, manifest.to_json())
     fs.keep_only(generation, {s.file.split("/", 1)[1] for s in manifest.shards})
     return manifest
+
+
+def _parts(df: Any, shards: int | None) -> Any:
+    """`df` in `shards` partitions (its own count: as it is, no shuffle)."""
+    shards = shards or df.rdd.getNumPartitions()
+    if shards < 1:
+        raise SpecError(f"shards={shards}: must be at least 1")
+    return df if shards == df.rdd.getNumPartitions() else df.repartition(shards)
+
+
+def _write_id() -> str:
+    return f"{time.strftime('%Y%m%d%H%M%S')}-{uuid.uuid4().hex[:8]}"
+
+
+class Stream:
+    """A streamed TFRecord write in two steps: `begin` commits an empty, open manifest
+    (readers and `--data` may start on it), `run` writes it through Spark, shard by shard,
+    and seals it. Built from the DataFrame without running a Spark job."""
+
+    def __init__(self, df: Any, path: str, shards: int | None = None,
+                 extra: dict | None = None,
+                 on_commit: Callable[[Manifest], None] | None = None) -> None:
+        self.parts = _parts(df, shards)
+        self.fs = HadoopFs(df.sparkSession, _qualified(path))
+        start = Manifest("tfrecord", columns_of(df.schema), (), STREAMED, _write_id(),
+                         dict(extra or {}), False)
+        self.generation = f"{GENERATION_PREFIX}{start.write_id}"
+        self.grower = _Grower(self.fs, start, self.generation, on_commit)
+
+    @property
+    def root(self) -> str:
+        return self.fs.root
+
+    def begin(self) -> Manifest:
+        return self.grower.commit()
+
+    def run(self) -> Manifest:
+        """The Spark job writes and claims; a thread of this driver grows the manifest as
+        claims appear; the end seals it (or writes Spark's reason into it and raises)."""
+        target = self.fs.resolved()
+        done = self.parts.sparkSession.sparkContext.accumulator((), _Tuples())
+        self.grower.done = done
+        writer = _partition_writer(self.grower.start.columns, f"{target}/{self.generation}",
+                                   _sink(self.parts.sparkSession, target), done)
+        stop = threading.Event()
+        follower = threading.Thread(target=self.grower.follow, args=(stop,), daemon=True,
+                                    name="tfyarn-manifest")
+        follower.start()
+        try:
+            written = self.parts.rdd.mapPartitionsWithIndex(writer).collect()
+        except Exception as exc:  # Spark's failure: said to the readers, then raised on
+            stop.set()
+            follower.join()
+            self.grower.commit(error=spark_reason(exc))
+            raise
+        stop.set()
+        follower.join()
+        return self._seal(written)
+
+    def _seal(self, written: list[tuple]) -> Manifest:
+        self.grower.poll()
+        named = {f"{self.generation}/{name}" for _, name, *_ in written}
+        if {s.file for s in self.grower.shards} != named:
+            raise SpecError(f"{self.root}: the shards Spark counted differ from what its "
+                            "tasks returned; write it again")
+        final = self.grower.commit(sealed=True)
+        self.fs.keep_only(self.generation, {s.file.split("/", 1)[1] for s in final.shards})
+        return final
 
 
 def _qualified(path: str) -> str:
@@ -132,11 +215,12 @@ BATCH_ROWS = 4096  # rows encoded (column-wise) and written at once
 
 
 def _partition_writer(columns: tuple[Column, ...], folder: str,
-                      sink: tuple[str, str | None, str | None]
+                      sink: tuple[str, str | None, str | None], done: Any = None
                       ) -> Callable[[int, Iterator[Any]], Iterator[tuple]]:
     """What each Spark task runs: its rows, a batch at a time, encoded column-wise into
     Examples in a file named by its partition and a fresh id (a retry never writes over
-    another attempt's file); yields what it wrote."""
+    another attempt's file); yields what it wrote, and adds it to `done` (a streamed
+    write's accumulator)."""
     spec = [(c.name, c.kind, c.is_list) for c in columns]
 
     def run(index: int, rows: Iterator[Any]) -> Iterator[tuple]:
@@ -148,9 +232,76 @@ def _partition_writer(columns: tuple[Column, ...], folder: str,
                 datas = encode(list(zip(*batch, strict=True)))
                 size, crc = _flush(out, [ex.record(d) for d in datas], size, crc)
                 count += len(datas)
+        if done is not None:  # counted by Spark once its task succeeded, not before
+            done.add(((index, name, count, size, crc),))
         yield index, name, count, size, crc
 
     return run
+
+
+class _Tuples:
+    """An accumulator's param (duck-typed, so this module needs no Spark to import):
+    tuples, concatenated in the order Spark merges them."""
+
+    def zero(self, _value: tuple) -> tuple:
+        return ()
+
+    def addInPlace(self, a: tuple, b: tuple) -> tuple:  # noqa: N802 (Spark's name)
+        return a + b
+
+
+class _Grower:
+    """A streamed write's manifest, grown by the shards Spark counted as its tasks
+    succeeded, in that order (so a reader's share never changes); one per partition."""
+
+    def __init__(self, fs: HadoopFs, start: Manifest, generation: str,
+                 on_commit: Callable[[Manifest], None] | None) -> None:
+        self.fs, self.start, self.generation, self.on_commit = fs, start, generation, on_commit
+        self.shards: list[Shard] = []
+        self.seen: set[int] = set()
+        self.done: Any = None  # the Spark job's accumulator, once it runs
+        self.error: BaseException | None = None
+
+    def follow(self, stop: threading.Event) -> None:
+        try:
+            while not stop.wait(POLL_S):
+                self.poll()
+        except Exception as exc:  # kept, raised by commit on the driver's thread
+            self.error = exc
+
+    def poll(self) -> None:
+        new = [t for t in (self.done.value if self.done is not None else ())
+               if t[0] not in self.seen]
+        for index, name, rows, size, crc in new:
+            if index not in self.seen:
+                self.shards.append(Shard(f"{self.generation}/{name}", rows, size, crc))
+                self.seen.add(index)
+        if new:
+            self.commit()
+
+    def commit(self, sealed: bool = False, error: str = "") -> Manifest:
+        if self.error is not None and not error:
+            raise self.error
+        m = dataclasses.replace(self.start, shards=tuple(self.shards), sealed=sealed,
+                                error=error)
+        self.fs.commit(NAME, m.to_json())
+        if self.on_commit is not None:
+            self.on_commit(m)
+        return m
+
+
+def spark_reason(exc: BaseException) -> str:
+    """Spark's failure in a line or two: its own first line (`Job aborted due to stage
+    failure: ...`) and the task's Python error, where there was one."""
+    text = str(exc)
+    lines = [x.strip() for x in text.splitlines() if x.strip()]
+    head = next((x for x in lines if "Job aborted" in x or "Exception:" in x), lines[0] if
+                lines else type(exc).__name__)
+    head = re.sub(r"^.*?(Job aborted due to stage failure:)", r"\1", head)
+    errors = [x for x in lines if re.match(r"^[A-Za-z_.]*(Error|Exception): ", x)
+              and not x.startswith(("py4j", "org.apache", "java."))]
+    tail = errors[-1] if errors else ""
+    return head[:400] + (f" ({tail[:300]})" if tail and tail not in head else "")
 
 
 def _flush(out: Any, buffer: list[bytes], size: int, crc: int) -> tuple[int, int]:
@@ -200,6 +351,10 @@ class HadoopFs:
 
     def list(self, rel: str) -> list[str]:
         return [s.getPath().getName() for s in self.fs.listStatus(self._path(rel))]
+
+    def remove(self) -> None:
+        """The whole dataset dir."""
+        self.fs.delete(self._path(""), True)
 
     def size(self, rel: str) -> int:
         return int(self.fs.getFileStatus(self._path(rel)).getLen())
