@@ -102,7 +102,7 @@ def check_data(spec: JobSpec, settings: Settings, conf: str | None, principal: s
             m = read.manifest(path, login)
         except SpecError as exc:
             raise SpecError(f"--data {exc}") from None
-        if len(m.shards) < spec.readers:
+        if len(m.shards) < spec.readers and m.sealed:  # a streamed one: its writer's care
             raise SpecError(f"--data {path}: {len(m.shards)} shards for {spec.readers} reading "
                             f"tasks (chief and workers, or ranks); rewrite it with "
                             f"shards={spec.readers} or more, or run fewer tasks")

@@ -393,6 +393,71 @@ def _local_logs(job_id: str, task: str | None) -> int:
     return 0
 
 
+# ---------------------------------------------------------------- pl_submit
+
+
+@click.command("pl_submit", context_settings=CONTEXT, epilog=(
+    "Exit codes as el_submit's. stdout carries only the training job's id; progress, "
+    "Spark's and the tasks' output go to stderr."))
+@click.argument("program", metavar="PROGRAM.py")
+@_options()
+@_options(multiple=True)
+@click.option("--local", "local", is_flag=True, help="Spark in local[*], every task a local "
+              "process")
+@_options(is_flag=True)
+@click.option("--class", "cls", metavar="NAME", help="the Program subclass to run (default: "
+              "the one the file defines)")
+@click.option("--data-dir", "data_dir", metavar="DIR", help="where pre_train's datasets go "
+              "(default: hdfs:///user/$USER/.tfyarn/data, locally a temp dir)")
+@click.option("--keep-data", "keep_data", is_flag=True, help="keep the datasets after the job")
+@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              help="a Spark setting for pre_train's application (repeatable)")
+@click.version_option(__version__, "--version", prog_name="tfyarn")
+@click.pass_context
+def pl_submit(ctx: click.Context, program: str, local: bool, cls: str | None,
+              data_dir: str | None, keep_data: bool, spark_conf: tuple[str, ...],
+              **raw: Any) -> int:
+    """One program, Spark to training (EMR's pl_submit): PROGRAM.py's Program subclass
+    runs pre_train(spark) in a Spark application, its DataFrames are written as datasets
+    while the training job (el_submit's options; every task runs train(ctx)) reads them."""
+    from tfyarn.api.pipeline import fit
+
+    with edge():
+        conf = dict(_pair("--spark-conf", p) for p in spark_conf)
+        options = {k: v for k, v in raw.items() if v not in (None, (), False)}
+        fitted = fit(program, local=local, cls=cls, data_dir=data_dir, keep_data=keep_data,
+                     spark_conf=conf, say=_say, on_submit=_follow, **options)
+        from tfyarn.client.jobdir import written_dir
+
+        if fitted.model_dir and ("://" in fitted.model_dir or written_dir(fitted.model_dir)):
+            click.echo(f"tfyarn: model dir (TFYARN_MODEL_DIR): {fitted.model_dir}", err=True)
+    return 0
+
+
+def _pair(flag: str, text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise SpecError(f"{flag} {text!r}: give KEY=VALUE")
+    return key, value
+
+
+def _say(line: str) -> None:
+    click.echo(f"tfyarn: {line}", err=True)
+
+
+def _follow(job: Any) -> None:
+    """The training job's id on stdout, its tasks' output on stderr as it comes."""
+    import threading
+
+    click.echo(job.id)
+
+    def pump() -> None:
+        for line in job.logs(follow=True):
+            click.echo(line, err=True)
+
+    threading.Thread(target=pump, name="tfyarn-logs", daemon=True).start()
+
+
 # ---------------------------------------------------------------- entry points
 
 
@@ -436,6 +501,10 @@ def el_submit_main(argv: Sequence[str] | None = None) -> None:
     args, command = split_command(sys.argv[1:] if argv is None else argv)
     warn_options_in_command(command)
     end(run_click(submit, args, {"command": command}, "el_submit"))
+
+
+def pl_submit_main(argv: Sequence[str] | None = None) -> None:
+    end(run_click(pl_submit, list(sys.argv[1:] if argv is None else argv), {}, "pl_submit"))
 
 
 def tfyarn_main(argv: Sequence[str] | None = None) -> None:

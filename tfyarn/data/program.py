@@ -96,16 +96,17 @@ class Context:
 def load(path: str, name: str | None = None) -> type[Program]:
     """The Program subclass `name` (default: the one the file defines) of the file."""
     if not os.path.isfile(path):
-        raise SpecError(f"{path}: no such program file")
-    spec = importlib.util.spec_from_file_location("tfyarn_program", path)
+        raise SpecError(f"{path}: no such program file; give the path of your program's .py")
+    name_in = f"tfyarn_program_{abs(hash(os.path.abspath(path))):x}"
+    spec = importlib.util.spec_from_file_location(name_in, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["tfyarn_program"] = module  # pickling and dataclasses find it by name
+    sys.modules[name_in] = module  # pickling and dataclasses find it by name
     spec.loader.exec_module(module)
     found = {k: v for k, v in vars(module).items() if isinstance(v, type)
              and issubclass(v, Program) and v is not Program and v.__module__ == module.__name__}
     if name is not None:
         if name not in found:
-            raise SpecError(f"{path} defines no Program subclass {name!r} "
+            raise SpecError(f"--class {name}: {path} defines no Program subclass of that name "
                             f"(it defines: {', '.join(found) or 'none'})")
         return found[name]
     if len(found) != 1:
@@ -129,4 +130,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from tfyarn.data import program  # the module the user's file takes Program from
+
+    sys.exit(program.main())

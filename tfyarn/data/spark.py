@@ -88,7 +88,7 @@ def write(df: Any, path: str, format: str = "tfrecord", shards: int | None = Non
         raise SpecError(f"format={format!r}: use one of {', '.join(FORMATS)}")
     columns = columns_of(df.schema)
     parts = _parts(df, shards)
-    fs = HadoopFs(df.sparkSession, _qualified(path))
+    fs = HadoopFs(df.sparkSession, qualified(path))
     write_id = _write_id()
     generation = f"{GENERATION_PREFIX}{write_id}"
     if format == "parquet":
@@ -127,7 +127,7 @@ class Stream:
                  extra: dict | None = None,
                  on_commit: Callable[[Manifest], None] | None = None) -> None:
         self.parts = _parts(df, shards)
-        self.fs = HadoopFs(df.sparkSession, _qualified(path))
+        self.fs = HadoopFs(df.sparkSession, qualified(path))
         start = Manifest("tfrecord", columns_of(df.schema), (), STREAMED, _write_id(),
                          dict(extra or {}), False)
         self.generation = f"{GENERATION_PREFIX}{start.write_id}"
@@ -174,7 +174,7 @@ class Stream:
         return final
 
 
-def _qualified(path: str) -> str:
+def qualified(path: str) -> str:
     return path if "://" in path else "file://" + os.path.abspath(path)
 
 

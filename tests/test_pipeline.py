@@ -1,0 +1,161 @@
+"""pl_submit / tfyarn.spark.fit, locally: Spark (local[*], real pyspark) writes what
+pre_train returns while the training tasks (real processes) read it; the failures of
+either end the other. The same on YARN: integration/test_yarn.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+HEAD = """
+import os, time
+from tfyarn.data.program import Program
+GATE = os.environ.get("TEST_GATE", "/nonexistent")
+"""
+
+COUNT = HEAD + """
+class Count(Program):
+    def pre_train(self, spark):
+        self.extra = {"hello": 1}
+        return spark.range(0, 1000, numPartitions=4).selectExpr("id", "id * 2 as twice")
+
+    def train(self, ctx):
+        ids = [r["id"] for r in ctx.rows()]
+        print(f"{ctx.task_type}:{ctx.task_index} read {len(ids)} sum {sum(ids)} "
+              f"extra {ctx.extra['hello']}", flush=True)
+"""
+
+NO_INPUT = HEAD + """
+class Missing(Program):
+    def pre_train(self, spark):
+        return spark.read.csv("/nonexistent/tfyarn-test-input.csv").count()
+"""
+
+# partition 1 fails once training has started: Spark's failure must stop the training
+SPARK_FAILS = HEAD + """
+def part(i):
+    if i == 1:
+        while not os.path.exists(GATE):
+            time.sleep(0.05)
+        raise ValueError("injected: partition 1 is malformed")
+    return [(i * 10 + j,) for j in range(10)]
+
+class Fails(Program):
+    def pre_train(self, spark):
+        rdd = spark.sparkContext.parallelize(range(2), 2).flatMap(part)
+        return spark.createDataFrame(rdd, "id long")
+
+    def train(self, ctx):
+        open(GATE, "w").close()
+        print("read", sum(1 for _ in ctx.rows()), flush=True)  # waits for partition 1
+"""
+
+# Spark never finishes (partition 1 waits forever): a failed training must stop it
+TRAIN_FAILS = HEAD + """
+def part(i):
+    while i == 1:
+        time.sleep(0.05)
+    return [(i * 10 + j,) for j in range(10)]
+
+class Crash(Program):
+    def pre_train(self, spark):
+        rdd = spark.sparkContext.parallelize(range(2), 2).flatMap(part)
+        return spark.createDataFrame(rdd, "id long")
+
+    def train(self, ctx):
+        raise RuntimeError("injected: training crashed")
+"""
+
+
+def pl_submit(tmp_path: Path, source: str, *args: str, timeout: float = 300):
+    program = tmp_path / "program.py"
+    program.write_text(source)
+    env = {**os.environ, "TEST_GATE": str(tmp_path / "gate"), "TMPDIR": str(tmp_path)}
+    env.pop("PYSPARK_PYTHON", None)
+    return subprocess.run([sys.executable, "-c", "from tfyarn.cli.main import pl_submit_main; "
+                           "pl_submit_main()", str(program), "--local", "--spark-conf",
+                           "spark.ui.enabled=false", *args], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=timeout, env=env)
+
+
+def no_process_left(tmp_path: Path) -> None:
+    """No process of the run (pl_submit's Spark JVM and python workers, the tasks) lives:
+    each carries the run's TEST_GATE in its environment."""
+    from proctable import carrying
+
+    deadline = time.monotonic() + 30
+    while alive := carrying(f"TEST_GATE={tmp_path / 'gate'}"):
+        assert time.monotonic() < deadline, alive
+        time.sleep(0.2)  # polling the process table while the last ones exit
+
+
+def leftovers(tmp_path: Path, what: str = "tfyarn-data-") -> list[str]:
+    """The run's datasets left in its temp dir (a failed job's own dir, with its logs,
+    is kept as el_submit keeps it)."""
+    return sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(what))
+
+
+def test_one_program_trains_two_workers_on_what_pre_train_returned(tmp_path):
+    out = pl_submit(tmp_path, COUNT, "-t", "tensorflow-worker", "-wn", "2")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("local_") and len(out.stdout.split()) == 1  # the job id
+    reads = [line.split("] ", 1)[1] for line in out.stderr.splitlines() if " read " in line]
+    counts = sorted(int(r.split()[2]) for r in reads)
+    assert counts == [500, 500] and sum(int(r.split()[4]) for r in reads) == sum(range(1000))
+    assert all(r.endswith("extra 1") for r in reads)  # Program.extra, through the manifest
+    assert "data train: sealed: 1000 rows in 4 shards" in out.stderr
+    assert leftovers(tmp_path, "tfyarn-") == []  # the datasets and the job dir are gone
+
+
+def test_a_spark_failure_in_pre_train_submits_nothing(tmp_path):
+    out = pl_submit(tmp_path, NO_INPUT, "-t", "standalone")
+    assert out.returncode == 1 and not out.stdout, out.stderr[-3000:]
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: pre_train failed: ") and "no training job was submitted" \
+        in last and "tfyarn-test-input.csv" in last, last
+    assert "Traceback" not in out.stderr and leftovers(tmp_path) == []
+    no_process_left(tmp_path)
+
+
+def test_a_spark_failure_after_training_started_stops_the_training(tmp_path):
+    out = pl_submit(tmp_path, SPARK_FAILS, "-t", "standalone")
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert out.stdout.startswith("local_")  # training was submitted: the first shard came
+    last = out.stderr.strip().splitlines()[-1]
+    assert last.startswith("Error: Spark failed writing pre_train's data: ") and \
+        "ValueError: injected: partition 1 is malformed" in last and "was stopped" in last, last
+    assert leftovers(tmp_path) == []
+    no_process_left(tmp_path)
+
+
+def test_a_training_failure_stops_spark(tmp_path):
+    """Spark would write forever; the training fails: pl_submit cancels Spark's job,
+    stops its session and exits with the training's failure, leaving no process."""
+    started = time.monotonic()
+    out = pl_submit(tmp_path, TRAIN_FAILS, "-t", "standalone", timeout=240)
+    assert out.returncode == 1, out.stderr[-3000:]
+    assert "training failed; stopping Spark" in out.stderr
+    assert "RuntimeError: injected: training crashed" in out.stderr
+    assert time.monotonic() - started < 200
+    assert leftovers(tmp_path) == []
+    no_process_left(tmp_path)
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--data", "/tmp/x"), "Error: data: a one-program job runs the program's train()"),
+    (("--class", "Nope"), "Error: --class Nope: "),
+    (("-wn", "zero"), "Error: -wn"),
+])
+def test_bad_input_is_one_line_and_starts_nothing(tmp_path, args, words):
+    out = pl_submit(tmp_path, COUNT, *args, timeout=120)
+    assert out.returncode == 2 and not out.stdout, out.stderr
+    assert out.stderr.startswith(words) and len(out.stderr.strip().splitlines()) == 1, \
+        out.stderr
+    assert leftovers(tmp_path) == []
