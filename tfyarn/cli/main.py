@@ -427,9 +427,7 @@ def pl_submit(ctx: click.Context, program: str, local: bool, cls: str | None,
         options = {k: v for k, v in raw.items() if v not in (None, (), False)}
         fitted = fit(program, local=local, cls=cls, data_dir=data_dir, keep_data=keep_data,
                      spark_conf=conf, say=_say, on_submit=_follow, **options)
-        from tfyarn.client.jobdir import written_dir
-
-        if fitted.model_dir and ("://" in fitted.model_dir or written_dir(fitted.model_dir)):
+        if fitted.model_dir and not local:  # a local job says where its model is itself
             click.echo(f"tfyarn: model dir (TFYARN_MODEL_DIR): {fitted.model_dir}", err=True)
     return 0
 
@@ -446,10 +444,13 @@ def _say(line: str) -> None:
 
 
 def _follow(job: Any) -> None:
-    """The training job's id on stdout, its tasks' output on stderr as it comes."""
+    """The training job's id on stdout; a YARN job's tasks' output on stderr as it comes
+    (a local job shows its own)."""
     import threading
 
     click.echo(job.id)
+    if not job.id.startswith("application_"):
+        return
 
     def pump() -> None:
         for line in job.logs(follow=True):
