@@ -46,14 +46,15 @@ class Fitted:
 
 
 def fit(program: str | os.PathLike, *, local: bool = False, cls: str | None = None,
-        data_dir: str | None = None, keep_data: bool = False,
+        data_dir: str | None = None, keep_data: bool = False, pipeline: bool = True,
         spark_conf: Mapping[str, str] | None = None,
         say: Callable[[str], None] | None = None,
         on_submit: Callable[[Any], None] | None = None, **options: Any) -> Fitted:
     """Run the program file: `pre_train` in Spark, its data written as it is trained on,
     `train` in every task of a job submitted with `options` (submit's: kind, workers,
     worker_memory, files, ...). `data_dir`: where the datasets go (default: on YARN
-    `hdfs:///user/$USER/.tfyarn/data/RUN`, locally a temp dir); `spark_conf`: Spark
+    `hdfs:///user/$USER/.tfyarn/data/RUN`, locally a temp dir); `pipeline`: submit the
+    training at the first shard (False: once every dataset is sealed); `spark_conf`: Spark
     settings (`spark.executor.instances`...); `say`: progress lines; `on_submit(job)`:
     called with the training job's handle once it is submitted."""
     from tfyarn.api.submit import job_spec
@@ -73,6 +74,7 @@ def fit(program: str | os.PathLike, *, local: bool = False, cls: str | None = No
     settings = Settings.from_environ()
     root = _data_root(data_dir, local, settings)
     run = _Run(program_cls(), root, spec.readers, local, dict(spark_conf or {}), say)
+    run.pipeline = pipeline
     with _by_value(program_cls):
         return run.go(lambda data: _submit(local, command, data, options), on_submit,
                       keep_data)
@@ -123,6 +125,7 @@ class _Run:
         self.first = threading.Event()  # the first dataset's first shard is committed
         self.streams: list[Any] = []
         self.writer: _Writer | None = None
+        self.pipeline = True  # submit at the first shard, not after the last
 
     def go(self, submit: Callable[[list[str]], Any], on_submit: Callable[[Any], None] | None,
            keep_data: bool) -> Fitted:
@@ -172,6 +175,7 @@ class _Run:
         frames = frames if isinstance(frames, Mapping) else {"train": frames}
         if not frames:
             raise SpecError("pre_train returned no DataFrame: return the data to train on")
+        self.say(f"data: pre_train's {', '.join(frames)} go to {self.root}")
         data = {}
         for i, (name, df) in enumerate(frames.items()):
             shards = max(df.rdd.getNumPartitions(), self.readers)
@@ -197,6 +201,11 @@ class _Run:
         """Until the first shard is committed; Spark's failure before it submits nothing."""
         while not self.first.wait(POLL_S) and self.writer.is_alive():
             pass
+        if not self.pipeline:
+            self.writer.join()
+            if self.writer.error is not None:
+                raise JobFailed(f"Spark failed writing pre_train's data: {self.writer.reason}; "
+                                "no training job was submitted (fix pre_train and run again)")
         if not self.first.is_set():
             raise JobFailed(f"Spark failed writing pre_train's data: {self.writer.reason}; "
                             "no training job was submitted (fix pre_train and run again)")

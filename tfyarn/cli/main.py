@@ -410,13 +410,15 @@ def _local_logs(job_id: str, task: str | None) -> int:
 @click.option("--data-dir", "data_dir", metavar="DIR", help="where pre_train's datasets go "
               "(default: hdfs:///user/$USER/.tfyarn/data, locally a temp dir)")
 @click.option("--keep-data", "keep_data", is_flag=True, help="keep the datasets after the job")
+@click.option("--no-pipeline", "no_pipeline", is_flag=True, help="submit the training only once "
+              "Spark has written everything (default: at its first shard)")
 @click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
               help="a Spark setting for pre_train's application (repeatable)")
 @click.version_option(__version__, "--version", prog_name="tfyarn")
 @click.pass_context
 def pl_submit(ctx: click.Context, program: str, local: bool, cls: str | None,
-              data_dir: str | None, keep_data: bool, spark_conf: tuple[str, ...],
-              **raw: Any) -> int:
+              data_dir: str | None, keep_data: bool, no_pipeline: bool,
+              spark_conf: tuple[str, ...], **raw: Any) -> int:
     """One program, Spark to training (EMR's pl_submit): PROGRAM.py's Program subclass
     runs pre_train(spark) in a Spark application, its DataFrames are written as datasets
     while the training job (el_submit's options; every task runs train(ctx)) reads them."""
@@ -426,7 +428,8 @@ def pl_submit(ctx: click.Context, program: str, local: bool, cls: str | None,
         conf = dict(_pair("--spark-conf", p) for p in spark_conf)
         options = {k: v for k, v in raw.items() if v not in (None, (), False)}
         fitted = fit(program, local=local, cls=cls, data_dir=data_dir, keep_data=keep_data,
-                     spark_conf=conf, say=_say, on_submit=_follow, **options)
+                     pipeline=not no_pipeline, spark_conf=conf, say=_say, on_submit=_follow,
+                     **options)
         if fitted.model_dir and not local:  # a local job says where its model is itself
             click.echo(f"tfyarn: model dir (TFYARN_MODEL_DIR): {fitted.model_dir}", err=True)
     return 0
@@ -453,8 +456,11 @@ def _follow(job: Any) -> None:
         return
 
     def pump() -> None:
-        for line in job.logs(follow=True):
-            click.echo(line, err=True)
+        try:
+            for line in job.logs(follow=True):
+                click.echo(line, err=True)
+        except TfYarnError:  # the handle closed at the job's end, which fit reports
+            return
 
     threading.Thread(target=pump, name="tfyarn-logs", daemon=True).start()
 

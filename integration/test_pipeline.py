@@ -1,0 +1,142 @@
+"""pl_submit on the sandbox's YARN: Spark on YARN writes what pre_train returns while
+the training job (MultiWorkerMirroredStrategy workers in YARN containers) reads it; a
+worker killed mid-epoch; the failures of either side ending the other."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import re
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+from conftest import APP_ID, REPO, aggregated_logs, final_state, yarn_cli
+
+pytest.importorskip("pyspark")
+
+SPARK = ["--spark-conf", "spark.ui.enabled=false", "--spark-conf",
+         "spark.executor.instances=1", "--spark-conf", "spark.executor.memory=1g"]
+COPIES = 30
+
+
+def pl_submit(cwd, *args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "from tfyarn.cli.main import "
+                             "pl_submit_main; pl_submit_main()", *args, "--python",
+                             sys.executable, *SPARK], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def said(err: str, pattern: str) -> list[str]:
+    return re.findall(pattern, err.replace("\r", "\n"))
+
+
+def hdfs_exists(url: str) -> bool:
+    return subprocess.run(["hdfs", "dfs", "-test", "-e", url], capture_output=True,
+                          timeout=120).returncode == 0
+
+
+def spark_apps() -> set[str]:
+    out = yarn_cli("application", "-list", "-appStates", "ALL")
+    return {line.split()[0] for line in out.splitlines() if "tfyarn-pre_train-" in line}
+
+
+def adult_fnlwgt() -> int:
+    path = REPO / "examples" / "census" / "adult.data.gz"
+    with gzip.open(path, "rt") as f:
+        return sum(int(r.split(",")[2]) for r in f if r.count(",") == 14)
+
+
+def test_one_program_census_trains_while_spark_writes_and_a_killed_worker_loses_no_row(
+        tmp_path, apps):
+    from conftest import launcher_pid, node_processes, wait_until
+
+    ckpt = f"hdfs:///tmp/tfyarn-program-{uuid.uuid4().hex[:8]}"
+    program = REPO / "examples" / "census_spark"
+    proc = pl_submit(program, "census_program.py", "-t", "tensorflow-worker", "-wn", "2",
+                     "-wm", "2048", "-f", "../census/census_single.py,prepare.py",
+                     "--env", "CENSUS_EPOCHS=1", "--max-restarts", "1", "--checkpoint-dir",
+                     ckpt, env={"CENSUS_COPIES": str(COPIES), "CENSUS_SHARDS": "24"})
+    app_id = proc.stdout.readline().strip()
+    assert APP_ID.match(app_id), proc.communicate(timeout=60)[1][-5000:]
+    apps.append(app_id)
+    wait_until(lambda: hdfs_exists(f"{ckpt}/worker-1/checkpoint"), 600,
+               "worker:1's first checkpoint")
+    os.kill(launcher_pid(app_id, "worker:1"), signal.SIGKILL)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-5000:]
+    assert re.search(r"attempt 2/2: restarting after worker:1 was ", err), err[-5000:]
+    logs = aggregated_logs(app_id)
+    assert len(re.findall(r"resumed from step \d+", logs)) == 2, logs[-5000:]
+    trained = [(int(a), int(b)) for a, b in
+               re.findall(r"trained on (\d+) rows \(fnlwgt sum (\d+)\)", logs)]
+    assert len(trained) == 2, logs[-5000:]
+    # every row once across the workers, the killed one's included: none twice, none lost
+    assert sum(a for a, _ in trained) == COPIES * 32561
+    assert sum(b for _, b in trained) == COPIES * adult_fnlwgt()
+    accuracies = [float(x) for x in re.findall(r"eval_accuracy=([0-9.]+)", logs)]
+    assert len(accuracies) == 2 and min(accuracies) >= 0.84, accuracies
+    # training started before Spark had written its last shard (the clocks are one host's)
+    first = min(re.findall(r"first step at (\S+)", logs))
+    sealed = said(err, r"data train: sealed: \d+ rows in 24 shards at (\S+)")
+    assert sealed and first < sealed[0], (first, sealed)
+    assert "model exported to hdfs://" in logs
+    root = said(err, r"data: pre_train's train, test go to (\S+)")[0]
+    assert not hdfs_exists(root)  # the run's datasets are removed
+    assert final_state(app_id).endswith("/SUCCEEDED")
+    wait_until(lambda: not node_processes(app_id), 60, "no process of the app")
+    subprocess.run(["hdfs", "dfs", "-rm", "-r", "-f", ckpt], capture_output=True, timeout=120)
+
+
+FAILS_IN_PRE_TRAIN = """
+from tfyarn.data.program import Program
+class Missing(Program):
+    def pre_train(self, spark):
+        return spark.read.csv("hdfs:///tmp/tfyarn-no-such-input/adult.csv")
+    def train(self, ctx):
+        pass
+"""
+
+TRAIN_FAILS = """
+import time
+from tfyarn.data.program import Program
+def part(i):
+    while i == 1:  # Spark would never finish
+        time.sleep(0.05)
+    return [(i * 10 + j,) for j in range(10)]
+class Crash(Program):
+    def pre_train(self, spark):
+        rdd = spark.sparkContext.parallelize(range(2), 2).flatMap(part)
+        return spark.createDataFrame(rdd, "id long")
+    def train(self, ctx):
+        raise RuntimeError("injected: training crashed")
+"""
+
+
+def test_spark_and_training_failures_end_each_other_on_yarn(tmp_path, apps):
+    """pre_train's Spark failure: its reason, and no training application at all; a
+    training that fails while Spark writes: the Spark application is stopped."""
+    (tmp_path / "missing.py").write_text(FAILS_IN_PRE_TRAIN)
+    before = {line.split()[0] for line in yarn_cli("application", "-list", "-appStates",
+                                                   "ALL").splitlines() if APP_ID.match(
+                                                       line.split()[0] if line.split() else "")}
+    proc = pl_submit(tmp_path, "missing.py", "-t", "standalone")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1 and not out, err[-3000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("Error: pre_train failed: ") and "tfyarn-no-such-input" in last
+    after = {line.split()[0] for line in yarn_cli("application", "-list", "-appStates",
+                                                  "ALL").splitlines() if APP_ID.match(
+                                                      line.split()[0] if line.split() else "")}
+    assert after - before <= spark_apps()  # Spark's own application only: no training
+
+    (tmp_path / "crash.py").write_text(TRAIN_FAILS)
+    proc = pl_submit(tmp_path, "crash.py", "-t", "standalone")
+    out, err = proc.communicate(timeout=600)
+    apps.append(out.strip())
+    assert proc.returncode == 1, err[-3000:]
+    assert "training failed; stopping Spark" in err and "injected: training crashed" in err
+    spark_app = sorted(spark_apps() - before)[-1]
+    assert final_state(spark_app).startswith("FINISHED"), final_state(spark_app)
