@@ -39,6 +39,11 @@
   ratios; yarn_gang_restart_s: a worker's SIGKILL until every task of the new gang runs;
   yarn_64_tasks_running_s: a 64-rank job (4 containers x 16) from el_submit's start
   until every rank runs;
+- with --pipeline [yarn|local] (#31): the one-program census (examples/census_spark/
+  census_program.py, CENSUS_COPIES=60: about two million rows; Spark with one executor
+  core) run by pl_submit twice, pipelined (training submitted at Spark's first shard) and
+  with --no-pipeline (write everything, then submit): seconds from pl_submit's start to
+  the first training step, and pipelined_ratio (target <= 0.7), one run each;
 - with --app APP and HADOOP_CONF_DIR set: status_s (`tfyarn status APP`) against
   yarn_cli_status_s (`yarn application -status APP`) measured side by side, and their
   ratio (target <= 0.5).
@@ -50,12 +55,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
 STAMP = 'date +%s.%N > "$STAMPS/${TFYARN_TASK_TYPE:-bare}${TFYARN_TASK_INDEX:-$I}"'
 TASKS = 4
 
@@ -534,6 +542,42 @@ def yarn_restart_s() -> float:
         os.remove(os.path.join(stamps, "failed"))
         return last_stamp(stamps, failed)
 
+PIPELINE_COPIES = 60
+
+
+def _first_step_s(where: str, *extra: str) -> float:
+    """pl_submit of the census program: its start until a task's first training step."""
+    import datetime
+
+    program = REPO / "examples" / "census_spark"
+    cmd = [sys.executable, "-c", "from tfyarn.cli.main import pl_submit_main; "
+           "pl_submit_main()", "census_program.py", "-t", "tensorflow-worker", "-wn", "2",
+           "-wm", "2048", "-f", "../census/census_single.py,prepare.py", "--env",
+           "CENSUS_EPOCHS=1", "--python", sys.executable, "--spark-conf",
+           "spark.ui.enabled=false", "--spark-conf", "spark.executor.instances=1",
+           *(["--local", "--spark-conf", "spark.master=local[1]"] if where == "local" else []),
+           *extra]
+    env = {**os.environ, "CENSUS_COPIES": str(PIPELINE_COPIES), "CENSUS_SHARDS": "24"}
+    start = time.time()
+    out = subprocess.run(cmd, cwd=program, capture_output=True, text=True, env=env,
+                         timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"pl_submit failed: {out.stderr[-3000:]}")
+    stamps = re.findall(r"first step at (\S+)Z", out.stderr)
+    first = min(datetime.datetime.fromisoformat(t).replace(tzinfo=datetime.timezone.utc)
+                .timestamp() for t in stamps)
+    return first - start
+
+
+def pipeline_times(where: str) -> dict:
+    piped = _first_step_s(where)
+    whole = _first_step_s(where, "--no-pipeline")
+    return {"where": where, "rows": PIPELINE_COPIES * 32561,
+            "pipelined_first_step_s": round(piped, 2),
+            "write_then_submit_first_step_s": round(whole, 2),
+            "pipelined_ratio": round(piped / whole, 2), "target": 0.7}
+
+
 def median_of(fn, repeat: int) -> float:
     runs = []
     for _ in range(repeat):
@@ -555,7 +599,13 @@ def main() -> None:
                    "against a Python script that Popens the same commands")
     p.add_argument("--yarn", action="store_true", help="only the YARN rates, on the cluster "
                    "HADOOP_CONF_DIR names (the sandbox: eval $(scripts/yarn-sandbox env))")
+    p.add_argument("--pipeline", nargs="?", const="yarn", choices=["yarn", "local"],
+                   help="only pl_submit's time to the first training step, pipelined and "
+                   "not (yarn: the cluster HADOOP_CONF_DIR names)")
     ns = p.parse_args()
+    if ns.pipeline:
+        print(json.dumps(pipeline_times(ns.pipeline), indent=2))
+        return
     if ns.yarn:
         print(json.dumps(yarn_rates(ns.repeat), indent=2))
         return

@@ -159,3 +159,20 @@ def test_bad_input_is_one_line_and_starts_nothing(tmp_path, args, words):
     assert out.stderr.startswith(words) and len(out.stderr.strip().splitlines()) == 1, \
         out.stderr
     assert leftovers(tmp_path) == []
+
+
+def test_a_tasks_context_names_the_datasets_by_their_last_path_part():
+    from tfyarn.spark import Context, Program, fit  # the names users import
+
+    assert callable(fit) and issubclass(Program, object)
+    ctx = Context.from_environ({
+        "TFYARN_DATA": "hdfs:///u/me/.tfyarn/data/r1/train,hdfs:///u/me/.tfyarn/data/r1/test",
+        "TF_CONFIG": '{"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", '
+                     '"index": 1}}', "TFYARN_MODEL_DIR": "hdfs:///m", "TFYARN_ATTEMPT": "2"})
+    assert (ctx.task_type, ctx.task_index, ctx.attempt, ctx.model_dir) == \
+        ("worker", 1, 2, "hdfs:///m")
+    assert list(ctx.data) == ["train", "test"] and ctx.path() == ctx.data["train"]
+    from tfyarn.core.errors import SpecError
+
+    with pytest.raises(SpecError, match="no dataset 'eval': pre_train wrote train, test"):
+        ctx.path("eval")

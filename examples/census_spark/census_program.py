@@ -51,12 +51,14 @@ class Census(Program):
         train = prepare.frame(spark, source("adult.data")).cache()
         self.extra = {"encoder": prepare.encoder_state(train)}
         copies = int(os.environ.get("CENSUS_COPIES", "1"))
-        if copies > 1:
-            train = train.crossJoin(spark.range(copies).withColumnRenamed("id", "copy")) \
-                .drop("copy")
         shards = int(os.environ.get("CENSUS_SHARDS", "8"))
-        test = prepare.frame(spark, source("adult.test"))
-        return {"train": train.repartition(shards, F.rand(seed=7)), "test": test.coalesce(2)}
+        test = prepare.frame(spark, source("adult.test")).coalesce(2)
+        if copies == 1:
+            return {"train": train.repartition(shards, F.rand(seed=7)), "test": test}
+        # each partition makes its copies of the (broadcast) rows: no shuffle, so a
+        # partition is written as soon as it is computed, while the others still are
+        copy = spark.range(0, copies, 1, numPartitions=min(copies, shards))
+        return {"train": copy.crossJoin(F.broadcast(train)).drop("id"), "test": test}
 
     def train(self, ctx: Context) -> None:
         Trainer(ctx).run()
@@ -66,10 +68,9 @@ class Trainer:
     """One task's training: its strategy, model, checkpoint and the rows it counted."""
 
     def __init__(self, ctx: Context) -> None:
+        import census_single as cs
         import keras
         import tensorflow as tf
-
-        import census_single as cs
 
         self.ctx, self.tf, self.cs = ctx, tf, cs
         cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
