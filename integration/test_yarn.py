@@ -782,15 +782,17 @@ def test_status_tasks_lists_12_workers_in_natural_order(apps, tmp_path):
 
 
 def test_census_from_spark_on_yarn_trains_from_hdfs(apps, tmp_path):
-    """The seed flow: Spark on this YARN (--master yarn) turns the Adult CSV into
-    committed TFRecord shards on HDFS; el_submit --data trains census on them with two
-    MultiWorkerMirroredStrategy workers, each reading its own share, to >= 0.84."""
+    """The seed flow: Spark turns the Adult CSV into committed TFRecord shards on HDFS
+    (its executors write over WebHDFS; Spark itself runs local[2] here: Spark on this
+    YARN is the pl_submit test's and the libhdfs write test's, and its start cost a CI
+    minute); el_submit --data trains census on them with two MultiWorkerMirroredStrategy
+    workers, each reading its own share, to >= 0.84."""
     import uuid
 
     out = f"hdfs:///tmp/tfyarn-census-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     prep = subprocess.run([sys.executable, str(REPO / "examples" / "census_spark" / "prepare.py"),
-                           "--out", out, "--master", "yarn"], capture_output=True, text=True,
+                           "--out", out, "--master", "local[2]"], capture_output=True, text=True,
                           timeout=900, env=env)
     assert prep.returncode == 0, prep.stderr[-5000:]
     assert "train: 32561 rows in 4 shards" in prep.stdout, prep.stdout

@@ -19,7 +19,8 @@ with an empty batch until every worker has. Then every test row is scored, and w
 exports the model to TFYARN_MODEL_DIR.
 Settings by environment: CENSUS_DATA (pre_train: the dir with adult.data.gz and
 adult.test.gz, a local dir or hdfs://; default ../census), CENSUS_COPIES (pre_train,
-default 1), CENSUS_SHARDS (pre_train, default 8), CENSUS_EPOCHS (tasks, default 2).
+default 1), CENSUS_SHARDS (pre_train, default 8), CENSUS_EPOCHS (tasks, default 2),
+CENSUS_BATCH (tasks, rows per worker and step, default 256).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ for where in (HERE, os.path.join(HERE, "..", "census")):  # the gateway; tasks g
 
 from tfyarn.data.program import Context, Program  # noqa: E402
 
-BATCH = 256
+BATCH = int(os.environ.get("CENSUS_BATCH", "256"))  # rows per worker and step
 EVERY = 50  # steps between checkpoints
 
 
