@@ -32,6 +32,12 @@ class Count(Program):
               f"extra {ctx.extra['hello']}", flush=True)
 """
 
+NOT_A_FRAME = HEAD + """
+class Count(Program):
+    def pre_train(self, spark):
+        return spark.range(10).count()
+"""
+
 NO_INPUT = HEAD + """
 class Missing(Program):
     def pre_train(self, spark):
@@ -122,6 +128,15 @@ def test_a_spark_failure_in_pre_train_submits_nothing(tmp_path):
         in last and "tfyarn-test-input.csv" in last, last
     assert "Traceback" not in out.stderr and leftovers(tmp_path) == []
     no_process_left(tmp_path)
+
+
+def test_pre_train_returning_no_dataframe_is_refused_in_one_line(tmp_path):
+    out = pl_submit(tmp_path, NOT_A_FRAME, "-t", "standalone")
+    assert out.returncode == 2 and not out.stdout, out.stderr[-3000:]
+    assert out.stderr.strip().splitlines()[-1] == ("Error: pre_train returned {'train': "
+                                                   "'int'} where DataFrames go: return a "
+                                                   "Spark DataFrame, or a dict of them by name")
+    assert leftovers(tmp_path) == []
 
 
 def test_a_spark_failure_after_training_started_stops_the_training(tmp_path):

@@ -176,6 +176,10 @@ class _Run:
         if not frames:
             raise SpecError("pre_train returned no DataFrame: return the data to train on")
         self.say(f"data: pre_train's {', '.join(frames)} go to {self.root}")
+        odd = {n: type(df).__name__ for n, df in frames.items() if not hasattr(df, "rdd")}
+        if odd:
+            raise SpecError(f"pre_train returned {odd} where DataFrames go: return a Spark "
+                            "DataFrame, or a dict of them by name")
         data = {}
         for i, (name, df) in enumerate(frames.items()):
             shards = max(df.rdd.getNumPartitions(), self.readers)
