@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 from conftest import APP_ID, REPO, aggregated_logs, final_state, yarn_cli
+from programs import TRAIN_FAILS  # tests/: the program the local test runs too
 
 pytest.importorskip("pyspark")
 
@@ -107,22 +108,6 @@ class Missing(Program):
     def train(self, ctx):
         pass
 """
-
-TRAIN_FAILS = """
-import time
-from tfyarn.data.program import Program
-def part(i):
-    while i == 1:  # Spark would never finish
-        time.sleep(0.05)
-    return [(i * 10 + j,) for j in range(10)]
-class Crash(Program):
-    def pre_train(self, spark):
-        rdd = spark.sparkContext.parallelize(range(2), 2).flatMap(part)
-        return spark.createDataFrame(rdd, "id long")
-    def train(self, ctx):
-        raise RuntimeError("injected: training crashed")
-"""
-
 
 def test_spark_and_training_failures_end_each_other_on_yarn(tmp_path, apps):
     """pre_train's Spark failure: its reason, and no training application at all; a

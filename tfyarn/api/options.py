@@ -99,16 +99,23 @@ def parse_text(flag: str, value: str | None, what: str) -> str | None:
     return value
 
 
-def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+def parse_pairs(flag: str, pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """`flag`'s KEY=VALUE words, split at the first `=`."""
     out = []
     for pair in pairs:
         key, sep, val = pair.partition("=")
         if not sep or not key:
-            raise SpecError(f"--env: expected KEY=VALUE, got {pair!r}")
-        if not ENV_KEY.match(key):
-            raise SpecError(f"--env: {key!r} is not a valid variable name")
+            raise SpecError(f"{flag}: expected KEY=VALUE, got {pair!r}")
         out.append((key, val))
     return tuple(out)
+
+
+def parse_env(pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    out = parse_pairs("--env", pairs)
+    for key, _ in out:
+        if not ENV_KEY.match(key):
+            raise SpecError(f"--env: {key!r} is not a valid variable name")
+    return out
 
 
 def parse_files(value: str | None, cwd: str) -> tuple[ShippedFile, ...]:

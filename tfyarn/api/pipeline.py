@@ -207,12 +207,9 @@ class _Run:
             pass
         if not self.pipeline:
             self.writer.join()
-            if self.writer.error is not None:
-                raise JobFailed(f"Spark failed writing pre_train's data: {self.writer.reason}; "
-                                "no training job was submitted (fix pre_train and run again)")
-        if not self.first.is_set():
-            raise JobFailed(f"Spark failed writing pre_train's data: {self.writer.reason}; "
-                            "no training job was submitted (fix pre_train and run again)")
+        failed = self.writer.error is not None and not self.pipeline
+        if failed or not self.first.is_set():
+            raise self._spark_failed("no training job was submitted")
 
     def _wait(self, job: Any) -> Outcome:
         """The training job's end; Spark's failure stops it, its failure stops Spark."""
@@ -223,16 +220,18 @@ class _Run:
                 if self.writer.error is not None:
                     self.say(f"Spark failed: {self.writer.reason}; stopping the training job")
                     job.kill()
-                    raise self._spark_failed(job) from None
+                    raise self._spark_failed(f"the training job {job.id} was stopped") \
+                        from None
             except JobFailed as failed:
                 if self.writer.error is not None:
-                    raise self._spark_failed(job) from failed
+                    raise self._spark_failed(f"the training job {job.id} was stopped") \
+                        from failed
                 self.say(f"training failed; stopping Spark ({failed})")
                 raise
 
-    def _spark_failed(self, job: Any) -> JobFailed:
+    def _spark_failed(self, training: str) -> JobFailed:
         return JobFailed(f"Spark failed writing pre_train's data: {self.writer.reason}; "
-                         f"the training job {job.id} was stopped (fix pre_train and run again)")
+                         f"{training} (fix pre_train and run again)")
 
     def _end(self, keep_data: bool) -> None:
         """Spark's jobs cancelled (a write still going is not waited for), the datasets

@@ -422,10 +422,11 @@ def pl_submit(ctx: click.Context, program: str, local: bool, cls: str | None,
     """One program, Spark to training (EMR's pl_submit): PROGRAM.py's Program subclass
     runs pre_train(spark) in a Spark application, its DataFrames are written as datasets
     while the training job (el_submit's options; every task runs train(ctx)) reads them."""
+    from tfyarn.api.options import parse_pairs
     from tfyarn.api.pipeline import fit
 
     with edge():
-        conf = dict(_pair("--spark-conf", p) for p in spark_conf)
+        conf = dict(parse_pairs("--spark-conf", spark_conf))
         options = {k: v for k, v in raw.items() if v not in (None, (), False)}
         fitted = fit(program, local=local, cls=cls, data_dir=data_dir, keep_data=keep_data,
                      pipeline=not no_pipeline, spark_conf=conf, say=_say, on_submit=_follow,
@@ -433,13 +434,6 @@ def pl_submit(ctx: click.Context, program: str, local: bool, cls: str | None,
         if fitted.model_dir and not local:  # a local job says where its model is itself
             click.echo(f"tfyarn: model dir (TFYARN_MODEL_DIR): {fitted.model_dir}", err=True)
     return 0
-
-
-def _pair(flag: str, text: str) -> tuple[str, str]:
-    key, eq, value = text.partition("=")
-    if not eq or not key:
-        raise SpecError(f"{flag} {text!r}: give KEY=VALUE")
-    return key, value
 
 
 def _say(line: str) -> None:

@@ -96,14 +96,7 @@ def assign(shards: Sequence[Shard], readers: int) -> list[list[Shard]]:
     """Shards split among `readers`, balanced by rows: the biggest first, each to the
     reader with the fewest rows so far. Every shard goes to exactly one reader, and no
     reader ends up more than one shard's rows above another."""
-    if readers < 1:
-        raise ValueError("readers must be at least 1")
-    shares: list[list[Shard]] = [[] for _ in range(readers)]
-    load = [0] * readers
-    for shard in sorted(shards, key=lambda s: (-s.rows, s.file)):
-        i = min(range(readers), key=lambda r: (load[r], r))
-        shares[i].append(shard)
-        load[i] += shard.rows
+    shares = assign_in_order(sorted(shards, key=lambda s: (-s.rows, s.file)), readers)
     return [sorted(share, key=lambda s: s.file) for share in shares]
 
 

@@ -128,15 +128,6 @@ def manifest(path: str, login: Any = None) -> Manifest:
     return Manifest.from_json(text.decode() if isinstance(text, bytes) else text, where)
 
 
-def share(path: str, input_context: Any = None) -> tuple[Manifest, list[Shard]]:
-    m = manifest(path)
-    index, readers = reader(input_context)
-    if len(m.shards) < readers and m.sealed:
-        raise SpecError(f"{path} has {len(m.shards)} shards for {readers} readers; rewrite it "
-                        f"with shards={readers} or more")
-    return m, split(m, readers)[index]
-
-
 class Follower:
     """A reader's share of a streamed dataset, as it grows: `nth(k)` waits until the
     share's k-th shard is committed (None once the manifest is sealed without it)."""
@@ -177,12 +168,17 @@ class Follower:
             k += 1
 
 
-def _files(path: str, input_context: Any = None) -> tuple[Manifest, Any]:
-    """This task's files: a list, or (streamed) a Follower of shards."""
-    m, mine = share(path, input_context)
-    if not m.streamed:
-        return m, [f"{path.rstrip('/')}/{s.file}" for s in mine]
-    return m, Follower(path, *reader(input_context))
+def _files(path: str, me: tuple[int, int]) -> tuple[Manifest, Any]:
+    """The files of reader `me` (index, readers): a list, or (streamed) a Follower of
+    shards."""
+    m = manifest(path)
+    index, readers = me
+    if m.streamed:
+        return m, Follower(path, index, readers)
+    if len(m.shards) < readers:
+        raise SpecError(f"{path} has {len(m.shards)} shards for {readers} readers; rewrite it "
+                        f"with shards={readers} or more")
+    return m, [f"{path.rstrip('/')}/{s.file}" for s in split(m, readers)[index]]
 
 
 def dataset(path: str | None = None, batch_size: int | None = None, *,
@@ -192,7 +188,7 @@ def dataset(path: str | None = None, batch_size: int | None = None, *,
     import tensorflow as tf
 
     path = path or _first_path()
-    m, files = _files(path, input_context)
+    m, files = _files(path, reader(input_context))
     if m.format == "parquet":
         return _parquet_dataset(tf, m, files, batch_size)
     spec = {c.name: _feature_spec(tf, c) for c in m.columns}
@@ -283,10 +279,7 @@ def rows(path: str | None = None, whole: bool = False) -> Iterator[dict[str, Any
     TensorFlow: for PyTorch and Horovod jobs too); a list column is a list, a scalar a
     value (None where the row had a null)."""
     path = path or _first_path()
-    if whole:
-        m, files = _files(path, _Whole())
-    else:
-        m, files = _files(path)
+    m, files = _files(path, (0, 1) if whole else reader())
     files = files if isinstance(files, list) else (
         f"{path.rstrip('/')}/{s.file}" for s in files)
     if m.format == "parquet":
@@ -302,13 +295,6 @@ def rows(path: str | None = None, whole: bool = False) -> Iterator[dict[str, Any
             for data in ex.read_records(f):
                 parsed = ex.parse(data)
                 yield {c.name: _plain(c, parsed.get(c.name)) for c in m.columns}
-
-
-class _Whole:
-    """An input context of one reader: every shard."""
-
-    input_pipeline_id = 0
-    num_input_pipelines = 1
 
 
 def _plain(c: Any, parsed: tuple[str, list] | None) -> Any:

@@ -270,13 +270,12 @@ class _Grower:
             self.error = exc
 
     def poll(self) -> None:
-        new = [t for t in (self.done.value if self.done is not None else ())
-               if t[0] not in self.seen]
-        for index, name, rows, size, crc in new:
+        before = len(self.shards)
+        for index, name, rows, size, crc in self.done.value if self.done is not None else ():
             if index not in self.seen:
                 self.shards.append(Shard(f"{self.generation}/{name}", rows, size, crc))
                 self.seen.add(index)
-        if new:
+        if len(self.shards) > before:
             self.commit()
 
     def commit(self, sealed: bool = False, error: str = "") -> Manifest:
