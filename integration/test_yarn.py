@@ -663,11 +663,11 @@ def test_logs_follow_a_running_app(el_submit):
 
 # ---------------------------------------------------------------- soak (#16)
 
-SOAK_JOBS = 50
+SOAK_JOBS = 32
 
 
 def test_a_soak_of_short_jobs_has_no_failure(apps, tmp_path):
-    """50 short two-task jobs, four at a time: the random SIGABRT / TLS corruption of
+    """32 short two-task jobs, four at a time: the random SIGABRT / TLS corruption of
     starting tasks under live gRPC channels killed about one job in six. The defect was
     in the containers (launchers starting tasks); the jobs are submitted through a warm
     skein driver, so 50 client JVMs do not take the 2 cores the containers need."""

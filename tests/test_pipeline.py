@@ -82,7 +82,8 @@ def test_a_spark_failure_after_training_started_stops_the_training(tmp_path):
     assert out.stdout.startswith("local_")  # training was submitted: the first shard came
     last = out.stderr.strip().splitlines()[-1]
     assert last.startswith("Error: Spark failed writing pre_train's data: ") and \
-        "ValueError: injected: partition 1 is malformed" in last and "was stopped" in last, last
+        "ValueError: injected: partition 1 is malformed" in last and "was stopped" in last, \
+        out.stderr[-3000:]
     assert leftovers(tmp_path) == []
     no_process_left(tmp_path)
 

@@ -207,7 +207,7 @@ class _Run:
             pass
         if not self.pipeline:
             self.writer.join()
-        failed = self.writer.error is not None and not self.pipeline
+        failed = bool(self.writer.reason) and not self.pipeline
         if failed or not self.first.is_set():
             raise self._spark_failed("no training job was submitted")
 
@@ -217,13 +217,13 @@ class _Run:
             try:
                 return job.wait(POLL_S if self.writer.is_alive() else None)
             except TimeoutError:
-                if self.writer.error is not None:
+                if self.writer.reason:
                     self.say(f"Spark failed: {self.writer.reason}; stopping the training job")
                     job.kill()
                     raise self._spark_failed(f"the training job {job.id} was stopped") \
                         from None
-            except JobFailed as failed:
-                if self.writer.error is not None:
+            except JobFailed as failed:  # a reader that saw Spark's failure fails too
+                if self.writer.reason:
                     raise self._spark_failed(f"the training job {job.id} was stopped") \
                         from failed
                 self.say(f"training failed; stopping Spark ({failed})")
@@ -256,9 +256,16 @@ class _Writer(threading.Thread):
     def __init__(self, streams: list[Any], first: threading.Event) -> None:
         super().__init__(name="tfyarn-writes", daemon=True)
         self.streams, self.first = streams, first
-        self.error: BaseException | None = None
-        self.reason = ""
         self.cancelled = False
+        self.other = ""  # a failure outside Spark's job (the seal's check, HDFS)
+
+    @property
+    def reason(self) -> str:
+        """Spark's failure, "" while none. Read from the streams, which set it before
+        their manifests say it: a training that failed on reading it finds it here."""
+        if self.cancelled:
+            return ""
+        return next((s.failure for s in self.streams if s.failure), self.other)
 
     def run(self) -> None:
         from tfyarn.data import spark as tds
@@ -267,8 +274,7 @@ class _Writer(threading.Thread):
             for stream in self.streams:
                 stream.run()
         except Exception as exc:  # kept: the run raises it as the job's failure
-            if not self.cancelled:
-                self.error, self.reason = exc, tds.spark_reason(exc)
+            self.other = tds.spark_reason(exc)
 
 
 def _now() -> str:

@@ -132,6 +132,7 @@ class Stream:
                          dict(extra or {}), False)
         self.generation = f"{GENERATION_PREFIX}{start.write_id}"
         self.grower = _Grower(self.fs, start, self.generation, on_commit)
+        self.failure = ""  # Spark's reason, set before the readers can see it
 
     @property
     def root(self) -> str:
@@ -157,7 +158,8 @@ class Stream:
         except Exception as exc:  # Spark's failure: said to the readers, then raised on
             stop.set()
             follower.join()
-            self.grower.commit(error=spark_reason(exc))
+            self.failure = spark_reason(exc)
+            self.grower.commit(error=self.failure)
             raise
         stop.set()
         follower.join()
