@@ -517,6 +517,30 @@ def test_memory_kill_fails_with_the_memory_message_and_is_not_retried(el_submit)
     assert final_state(app_id).endswith("/FAILED")
 
 
+def test_memory_growth_restarts_a_memory_killed_worker_larger_and_it_succeeds(el_submit):
+    """--memory-growth 2: worker:1 needs about 700 MB and asks 512; YARN kills it, the
+    driver restarts the gang in the same application with 1024 MB workers (skein's
+    service of that size), and the job SUCCEEDS. The task checks the size it was told."""
+    from conftest import yarn_site
+
+    if yarn_site("yarn.nodemanager.pmem-check-enabled", "true") != "true":
+        pytest.skip("this cluster never kills a container over its memory")
+    hog = ("import os, time; i = os.environ['TFYARN_TASK_INDEX']; "
+           "a = os.environ['TFYARN_ATTEMPT']; m = os.environ.get('TFYARN_MEMORY_MB'); "
+           "print('attempt', a, 'memory', m, flush=True); "
+           "assert a == '0' or m == '1024', m; "
+           "b = b'x' * (700 << 20) if i == '1' else b''; time.sleep(12)")
+    out, app_id = el_submit("-t", "tensorflow-worker", "-wn", "2", "-wm", "512",
+                            "--max-restarts", "2", "--memory-growth", "2", "-c", py(hog),
+                            timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "--memory-growth: memory kills restart with worker 512 \u2192 1024 \u2192 2048 MB " \
+        "(the queue's largest container is 4096 MB)" in out.stderr
+    assert "attempt 2/3: worker memory 512 \u2192 1024 MB after worker:1 was killed for " \
+        "memory (-wm x --memory-growth 2)" in out.stderr, out.stderr[-4000:]
+    assert final_state(app_id) == "FINISHED/SUCCEEDED"
+
+
 def test_status_lists_attempts_while_restarted_gang_runs(tmp_path, apps):
     from conftest import launcher_pid, node_processes, wait_until
 

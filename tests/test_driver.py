@@ -175,6 +175,64 @@ def test_yarn_memory_kill_is_told_and_never_retried(tmp_path):
     assert app.added == [] and kvmod.wanted(store).attempt == 0
 
 
+def _memory_kill(store, app, gang_no, service):
+    """A NodeManager's memory kill of worker:1 in gang `gang_no` (its skein container
+    `service`), as the launchers and skein report it; worker:0 stops when asked."""
+    gang = kvmod.Scoped(store, gang_no)
+    gang.put(kvmod.exit_key(Task("worker", 1)),
+             replace(ex(-15, stopped=True), reason="launcher received SIGTERM").to_json())
+    app.containers[service] = ["FAILED", real_memory_kill_message()]
+    gang.wait(kvmod.STOP, timeout=5)
+    gang.put(kvmod.exit_key(Task("worker", 0)), ex(-15, stopped=True).to_json())
+
+
+def test_memory_growth_restarts_the_role_larger_until_it_fits(tmp_path, capsys):
+    """--memory-growth 2 with a 4096 MB queue limit: killed at 1024 MB, the workers come
+    back in the 2048 MB services (skein sizes containers by service), told their size."""
+    from tfyarn.core.jobspec import YarnOptions
+
+    spec, store, app, thread, result = _yarn_job(
+        tmp_path, memory_growth=2.0, yarn=YarnOptions(max_memory_mb=4096))
+    _memory_kill(store, app, 0, "worker-1_0")
+    new = kvmod.Scoped(store, 1)
+    for t in spec.tasks():
+        new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
+    assert new.wait(kvmod.CLUSTER, timeout=30)
+    told = {"TFYARN_ATTEMPT": "1", "TFYARN_GANG": "1", "TFYARN_MEMORY_MB": "2048"}
+    assert app.added == [("worker-0-mem2048_0", told), ("worker-1-mem2048_0", told)]
+    for t in spec.tasks():
+        new.put(kvmod.exit_key(t), ex(0).to_json())
+    thread.join(timeout=30)
+    out = result["out"]
+    assert out.state == "SUCCEEDED" and out.attempt == 1, out.message
+    assert out.attempts[0].grown.startswith("worker memory 1024 \u2192 2048 MB after worker:1 "
+                                            "was killed for memory")
+    assert "attempt 2/3: worker memory 1024 \u2192 2048 MB after worker:1 was killed for " \
+        "memory (-wm x --memory-growth 2)" in capsys.readouterr().err
+
+
+def test_memory_growth_stops_at_the_queue_limit_naming_the_largest_size(tmp_path):
+    """Killed at 1024 MB, then at the queue's 1536 MB limit: FAILED, permanent, saying
+    the largest size tried and why no larger one."""
+    from tfyarn.core.jobspec import YarnOptions
+
+    spec, store, app, thread, result = _yarn_job(
+        tmp_path, memory_growth=2.0, yarn=YarnOptions(max_memory_mb=1536))
+    _memory_kill(store, app, 0, "worker-1_0")
+    new = kvmod.Scoped(store, 1)
+    for t in spec.tasks():
+        new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
+    assert new.wait(kvmod.CLUSTER, timeout=30)
+    _memory_kill(store, app, 1, "worker-1-mem1536_0")
+    thread.join(timeout=30)
+    out = result["out"]
+    assert out.state == "FAILED" and out.attempt == 1 and out.cause == "permanent"
+    assert "container killed for exceeding its memory: raise -wm (now 1536 MB)" in out.message
+    assert "--memory-growth 2 grew it as far as it could: 1536 MB; the queue's largest " \
+        "container is 1536 MB" in out.message
+    assert len(app.added) == 2  # no third gang: memory kills at the limit are permanent
+
+
 def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path, capsys):
     """A preempted gang restarts, asking for its new containers after a backoff (the
     queue owed them gets them first), never early."""
@@ -191,7 +249,7 @@ def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path, capsys)
         new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
     assert Cluster.from_json(new.wait(kvmod.CLUSTER, timeout=30)).roles == {
         "worker": ("127.0.0.1:2000", "127.0.0.1:2001")}
-    told = {"TFYARN_ATTEMPT": "1", "TFYARN_GANG": "1"}
+    told = {"TFYARN_ATTEMPT": "1", "TFYARN_GANG": "1", "TFYARN_MEMORY_MB": "1024"}
     assert [(c, e) for c, e in app.added] == [("worker-0_1", told), ("worker-1_1", told)]
     for t in spec.tasks():
         new.put(kvmod.exit_key(t), ex(0).to_json())

@@ -79,6 +79,9 @@ def args_of(spec: JobSpec) -> ElSubmitArgs:
         am_memory=str(spec.yarn.am_memory_mb), am_vcores=str(spec.yarn.am_vcores),
         heartbeat_timeout=_whole(spec.heartbeat_timeout_s),
         max_restarts=str(spec.max_restarts), restart_on=spec.restart_on,
+        memory_growth=f"{spec.memory_growth:g}" if spec.memory_growth else None,
+        stall_timeout=(_whole(spec.stall_timeout_s) if spec.stall_timeout_s is not None
+                       else None),
         gang_patience=_whole(spec.yarn.gang_patience_s),
         checkpoint_dir=spec.checkpoint_dir, model_dir=spec.model_dir,
         tensorboard_linger=(_whole(spec.tensorboard_linger_s / 60)

@@ -69,6 +69,22 @@ def parse_int(flag: str, value: str | None, default: int, minimum: int = 0,
     return n
 
 
+_FACTOR = re.compile(r"^\s*(\d{1,3}(?:\.\d{1,3})?)\s*$", re.ASCII)
+
+
+def parse_growth(value: str | None) -> float | None:
+    """--memory-growth: a factor over 1 (1.5), at most MAX; None when not given."""
+    if value is None:
+        return None
+    m = _FACTOR.match(value)
+    factor = float(m.group(1)) if m else 0.0
+    if not 1 < factor <= MAX["memory_growth"]:
+        raise SpecError(f"--memory-growth: give a factor over 1 and at most "
+                        f"{MAX['memory_growth']:g}, e.g. --memory-growth 1.5 (got "
+                        f"{_shown(value)})")
+    return factor
+
+
 def parse_memory(flag: str, value: str | None, default: int) -> int:
     """Megabytes as el_submit takes them (`2000`), plus `2g`, `512m`, `1.5g`."""
     if value is None:
@@ -217,6 +233,13 @@ class ElSubmitArgs:
     restart_on: str | None = _flag("--restart-on", "WHICH", "retryable (signals, preemption, "
                                    "lost nodes or launchers, exit codes 128-255; default) | "
                                    "any (every task failure)")
+    memory_growth: str | None = _flag("--memory-growth", "F", "YARN: after a container is "
+                                      "killed for its memory, restart with that role's "
+                                      "memory x F (up to the queue's largest container; "
+                                      "needs --max-restarts; off by default)")
+    stall_timeout: str | None = _flag("--stall-timeout", "SECONDS", "fail (and with "
+                                      "restarts left, restart) a job whose tasks report "
+                                      "progress (tfyarn.progress) but made none this long")
     gang_patience: str | None = _flag("--gang-patience", "SECONDS", "YARN: a job given only "
                                       "part of its containers for this long gives them back, "
                                       "waits and asks again, so two jobs never hold each "
@@ -359,6 +382,8 @@ def _check_texts(a: ElSubmitArgs) -> None:
                         ("--heartbeat-timeout", a.heartbeat_timeout),
                         ("--max-restarts", a.max_restarts),
                         ("--gang-patience", a.gang_patience),
+                        ("--memory-growth", a.memory_growth),
+                        ("--stall-timeout", a.stall_timeout),
                         ("--tensorboard-linger", a.tensorboard_linger)):
         if value is not None and not value.strip():
             raise SpecError(f"{flag}: empty value; give a number or leave {flag} out")
@@ -374,9 +399,15 @@ def _restarts(a: ElSubmitArgs, cwd: str) -> dict[str, Any]:
     if restart_on not in RESTART_ON:
         raise SpecError(f"--restart-on: use {' or '.join(RESTART_ON)}, not {a.restart_on!r}")
     ckpt = _local_path(a.checkpoint_dir, cwd)
-    return {"max_restarts": parse_int("--max-restarts", a.max_restarts, 0,
-                                      maximum=MAX["restarts"]),
-            "restart_on": restart_on, "checkpoint_dir": ckpt}
+    restarts = parse_int("--max-restarts", a.max_restarts, 0, maximum=MAX["restarts"])
+    growth = parse_growth(a.memory_growth)
+    if growth is not None and not restarts:
+        raise SpecError("--memory-growth: grows memory on a restart, and --max-restarts is 0; "
+                        "add --max-restarts N (e.g. 2)")
+    stall = (None if a.stall_timeout is None else float(parse_int(
+        "--stall-timeout", a.stall_timeout, 0, minimum=1, maximum=MAX["stall_s"])))
+    return {"max_restarts": restarts, "restart_on": restart_on, "checkpoint_dir": ckpt,
+            "memory_growth": growth, "stall_timeout_s": stall}
 
 
 def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:

@@ -130,7 +130,8 @@ def task_script(spec: JobSpec, container: Container, staged: Staged,
             + check_python(py, container.name)
             + f"exec {shlex.quote(py)} -m tfyarn.runtime.launcher --job {JOB_FILE} "
               f'--tasks {tasks} --gpus auto --kv skein: {in_image}'
-              '--attempt "${TFYARN_ATTEMPT:-0}" --gang "${TFYARN_GANG:-0}"\n')
+              '--attempt "${TFYARN_ATTEMPT:-0}" --gang "${TFYARN_GANG:-0}" '
+              '--memory-mb "${TFYARN_MEMORY_MB:-0}"\n')
 
 
 TENSORBOARD_SERVICE = "tensorboard"
@@ -192,18 +193,21 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
     services = {}
     for container in spec.containers():
         res = container.resources
-        services[container.name] = {
-            "instances": 1,
-            # the driver decides about failures and restarts whole gangs itself
-            # (add_container); with skein's default a failed container would end the app
-            "max_restarts": 0,
-            "allow_failures": True,
-            "resources": {"memory": res.memory_mb, "vcores": res.vcores, "gpus": res.gpus},
-            "files": files,
-            "env": env,
-            "script": task_script(spec, container, staged, defaults),
-            **label,
-        }
+        # the grown sizes (--memory-growth) are services of no instance, which the driver
+        # adds a container to after a memory kill: skein sizes containers by service
+        for i, mb in enumerate(spec.memory_sizes(container.role)):
+            services[container.service(mb)] = {
+                "instances": 0 if i else 1,
+                # the driver decides about failures and restarts whole gangs itself
+                # (add_container); with skein's default a failed container would end the app
+                "max_restarts": 0,
+                "allow_failures": True,
+                "resources": {"memory": mb, "vcores": res.vcores, "gpus": res.gpus},
+                "files": files,
+                "env": env,
+                "script": task_script(spec, container, staged, defaults),
+                **label,
+            }
     master_files = files_dict(Staged(staged.job_json), env_archive)
     if spec.tensorboard_dir:  # a side task: never in TF_CONFIG, never decides the outcome
         services[TENSORBOARD_SERVICE] = {

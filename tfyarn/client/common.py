@@ -64,15 +64,17 @@ class News:
             self.tensorboard_said = True
         return info
 
-    def restart(self, store: kvmod.KV) -> tuple[int, str] | None:
-        """A new attempt the driver started since the last call, and how the previous
-        one ended (once per attempt); `gang` follows the gang now wanted."""
+    def restart(self, store: kvmod.KV) -> tuple[int, str, str] | None:
+        """A new attempt the driver started since the last call, how the previous one
+        ended and the memory it grew (once per attempt); `gang` follows the gang now
+        wanted."""
         wanted = kvmod.wanted(store)
         self.gang = wanted.gang
         if wanted.attempt <= self.attempt:
             return None
         self.attempt = wanted.attempt
-        return wanted.attempt, wanted.earlier[-1].message if wanted.earlier else ""
+        last = wanted.earlier[-1] if wanted.earlier else None
+        return wanted.attempt, last.message if last else "", last.grown if last else ""
 
 
 @dataclass

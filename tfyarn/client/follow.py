@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from tfyarn.core.jobspec import container_name
 from tfyarn.core.timing import REST_TIMEOUT_S
 from tfyarn.hdfs import spnego
 from tfyarn.hdfs.spnego import Negotiator
@@ -128,8 +129,9 @@ class LiveLogs:
     def _add(self, c: Any) -> _Log | None:
         """A container to follow, known by its service's name (no job spec needed: this
         also serves `tfyarn logs --follow` from any gateway)."""
-        one = ONE_TASK.match(c.service_name)
-        if one is None and not GROUP.match(c.service_name):
+        name = container_name(c.service_name)  # a grown container's too (worker-1-mem3072)
+        one = ONE_TASK.match(name)
+        if one is None and not GROUP.match(name):
             return None  # tfyarn's own side services (TensorBoard)
         task = f"{one[1]}:{one[2]}" if one else None
         if one and self.task is not None and task != self.task:

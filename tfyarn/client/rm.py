@@ -100,7 +100,29 @@ class RestClient:
     def app(self, app_id: str) -> dict:
         return self.get(f"apps/{app_id}")["app"]
 
+    def max_allocation_mb(self, queue: str | None) -> int | None:
+        """The largest container `queue` (default: `default`) gives, in MB, as the
+        Capacity Scheduler reports it (each queue's `maximumAllocation`); None where the
+        scheduler does not say (another scheduler, no such queue)."""
+        return max_allocation_mb(self.get("scheduler"), queue or "default")
+
     def apps(self, tag: str, states: tuple[str, ...]) -> list[dict]:
         found = self.get("apps", {"applicationTags": tag, "states": ",".join(states)})
         return list(((found or {}).get("apps") or {}).get("app") or [])
 
+
+
+def max_allocation_mb(scheduler: Mapping[str, Any], queue: str) -> int | None:
+    """A queue's `maximumAllocation` memory in a `/ws/v1/cluster/scheduler` answer,
+    found by its name or path (`default`, `root.default`)."""
+    info = (scheduler.get("scheduler") or {}).get("schedulerInfo") or {}
+    stack = [info]
+    while stack:
+        q = stack.pop()
+        name = q.get("queueName") or ""
+        if name and (name == queue or queue.endswith(f".{name}") and
+                     queue.rsplit(".", 1)[-1] == name):
+            mb = (q.get("maximumAllocation") or {}).get("memory")
+            return int(mb) if isinstance(mb, int) and mb > 0 else None
+        stack.extend(((q.get("queues") or {}).get("queue")) or [])
+    return None

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tfyarn.client import appspec, common, kerberos, rm, staging
@@ -34,7 +34,7 @@ from tfyarn.core.errors import (
     StoreGone,
     TfYarnError,
 )
-from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.jobspec import JobSpec, container_name
 from tfyarn.core.policy import am_end, attempt_tables, elapsed_words, restart_words
 from tfyarn.core.progress import Progress
 from tfyarn.core.records import Outcome
@@ -218,6 +218,7 @@ def submitted(spec: JobSpec, opts: ClientOptions,
     settings, conf_dir = opts.settings, opts.hadoop_conf
     defaults = staging.load_defaults(settings, conf_dir)
     spec = staging.keytab_job(spec, opts.principal, opts.keytab)
+    spec = with_memory_ceiling(spec, opts)
     with ExitStack() as held:
         with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:  # uploaded by then
             staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir,
@@ -231,6 +232,30 @@ def submitted(spec: JobSpec, opts: ClientOptions,
             app_id = client.submit(app_spec, max(r.resources.gpus for r in spec.roles))
             upload.finish(done=upload.total)
         yield client, app_id
+
+
+def with_memory_ceiling(spec: JobSpec, opts: ClientOptions) -> JobSpec:
+    """--memory-growth: the job learns the queue's largest container, which no grown
+    container may pass (skein's ApplicationMaster dies on a request over it). Where the
+    ResourceManager does not say, memory is not grown, and the submit says so."""
+    if spec.memory_growth is None:
+        return spec
+    try:
+        ceiling = rest_client(opts).max_allocation_mb(spec.yarn.queue)
+    except rm.Unavailable as exc:
+        ceiling, why = None, str(exc)
+    else:
+        why = "its scheduler does not report one"
+    if ceiling is None:
+        say(f"--memory-growth: the ResourceManager did not say the queue's largest container "
+            f"({why}); memory will not be grown")
+        return spec
+    spec = replace(spec, yarn=replace(spec.yarn, max_memory_mb=ceiling))
+    ladders = [f"{r.name} " + " \u2192 ".join(str(mb) for mb in spec.memory_sizes(r.name))
+               for r in spec.roles]
+    say(f"--memory-growth: memory kills restart with {'; '.join(ladders)} MB (the queue's "
+        f"largest container is {ceiling} MB)")
+    return spec
 
 
 def stop_application(client: Yarn, app_id: str, reason: str, escalation: common.Escalation) -> str:
@@ -722,7 +747,8 @@ def _live_log_urls(client: Yarn, app_id: str, task: str | None) -> int:
                           f"{app_id}") from None
     print(f"{app_id} is running; container logs:")
     if task:  # its own container, else (-ppn/-wnpg packing) every container: one has it
-        own = [c for c in containers if c.service_name == appspec.service_name(Task.parse(task))]
+        own = [c for c in containers
+               if container_name(c.service_name) == appspec.service_name(Task.parse(task))]
         containers = own or containers
     for c in containers:
         print(f"  {c.service_name:<12} {log_url(c)}")

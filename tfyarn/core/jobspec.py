@@ -42,7 +42,11 @@ MAX = {
     "restarts": 100,  # --max-restarts
     "linger_minutes": 24 * 60,  # --tensorboard-linger
     "patience_s": 24 * 3600,  # --gang-patience
+    "memory_growth": 8.0,  # --memory-growth
+    "stall_s": 7 * 24 * 3600,  # --stall-timeout
 }
+MEMORY_STEP_MB = 128  # a grown container's memory is rounded up to this (YARN rounds too)
+GROWN = re.compile(r"^(.+)-mem(\d+)$")  # a grown container's skein service: worker-1-mem3072
 RESTART_ON = ("retryable", "any")  # --restart-on
 
 
@@ -88,6 +92,37 @@ class Container:
     name: str
     tasks: tuple[tfconfig.Task, ...]
     resources: Resources
+
+    @property
+    def role(self) -> str:
+        """The role whose resources size it (a packed group's chief uses the workers')."""
+        return self.tasks[-1].type
+
+    def service(self, memory_mb: int) -> str:
+        """Its skein service at `memory_mb`: its own name at the asked size, else a
+        service of the grown size (`worker-1-mem3072`, declared with no instance)."""
+        return self.name if memory_mb == self.resources.memory_mb \
+            else f"{self.name}-mem{memory_mb}"
+
+
+def container_name(service: str) -> str:
+    """The container a skein service runs, grown or not (`worker-1-mem3072` -> `worker-1`)."""
+    grown = GROWN.match(service)
+    return grown.group(1) if grown else service
+
+
+def memory_ladder(base_mb: int, factor: float | None, ceiling_mb: int | None,
+                  steps: int) -> tuple[int, ...]:
+    """The sizes a role's containers may be given, smallest first: the asked size, then
+    x factor per memory kill (rounded up to MEMORY_STEP_MB), never past the ceiling (the
+    queue's largest container) and at most `steps` growths (--max-restarts)."""
+    sizes = [base_mb]
+    if not factor or not ceiling_mb:
+        return tuple(sizes)
+    while len(sizes) <= steps and sizes[-1] < ceiling_mb:
+        grown = -(-int(sizes[-1] * factor + 0.999) // MEMORY_STEP_MB) * MEMORY_STEP_MB
+        sizes.append(min(max(grown, sizes[-1] + MEMORY_STEP_MB), ceiling_mb))
+    return tuple(sizes)
 
 
 @dataclass(frozen=True)
@@ -138,6 +173,7 @@ class YarnOptions:
     tags: tuple[str, ...] = ()
     max_upload_mb: int | None = 1024  # None: --force, no limit
     gang_patience_s: float = timing.GANG_PATIENCE_S  # --gang-patience
+    max_memory_mb: int | None = None  # the queue's largest container (RM, at submit)
 
     def __post_init__(self) -> None:
         if not 0 < self.gang_patience_s <= MAX["patience_s"]:
@@ -169,6 +205,8 @@ class JobSpec:
     tensorboard_linger_s: float = 0.0  # TensorBoard stays this long after the job ended
     yarn: YarnOptions = field(default_factory=YarnOptions)
     data: tuple[str, ...] = ()  # --data: committed datasets the tasks read (TFYARN_DATA)
+    memory_growth: float | None = None  # --memory-growth: x memory after a memory kill
+    stall_timeout_s: float | None = None  # --stall-timeout: no progress this long fails
 
     def __post_init__(self) -> None:
         if self.app_type not in APP_TYPES:
@@ -193,6 +231,11 @@ class JobSpec:
             raise SpecError(f"--max-restarts must be 0..{MAX['restarts']}")
         if self.restart_on not in RESTART_ON:
             raise SpecError(f"--restart-on: use {' or '.join(RESTART_ON)}, not {self.restart_on!r}")
+        if self.memory_growth is not None and not 1 < self.memory_growth <= MAX["memory_growth"]:
+            raise SpecError(f"--memory-growth must be over 1 and at most "
+                            f"{MAX['memory_growth']:g} (e.g. 1.5), not {self.memory_growth:g}")
+        if self.stall_timeout_s is not None and not 0 < self.stall_timeout_s <= MAX["stall_s"]:
+            raise SpecError(f"--stall-timeout must be 1..{MAX['stall_s']} seconds")
 
     @property
     def attempts(self) -> int:
@@ -231,6 +274,14 @@ class JobSpec:
 
     def container_of(self, task: tfconfig.Task) -> Container:
         return next(c for c in self.containers() if task in c.tasks)
+
+    def memory_sizes(self, role: str) -> tuple[int, ...]:
+        """What `role`'s containers may be given: the asked size, then the grown ones
+        (--memory-growth, up to the queue's largest container)."""
+        r = self.role(role)
+        assert r is not None
+        return memory_ladder(r.resources.memory_mb, self.memory_growth,
+                             self.yarn.max_memory_mb, self.max_restarts)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

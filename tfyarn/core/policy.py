@@ -160,8 +160,11 @@ YARN_ENDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
 TAKEN_BACK = (PREEMPTED, LOST_NODE, DISKS)  # the cluster took it back: not the task's doing
 
 
+MEMORY_KILLED = "container killed for exceeding its memory"
+
+
 def memory_phrase(flag: str, memory_mb: int) -> str:
-    return f"container killed for exceeding its memory: raise {flag} (now {memory_mb} MB)"
+    return f"{MEMORY_KILLED}: raise {flag} (now {memory_mb} MB)"
 
 
 TOKEN_EXPIRED = ("SecretManager$InvalidToken)", "expired")  # Hadoop's client, in the task's
@@ -188,7 +191,7 @@ def memory_end(rec: TaskEnd, flag: str, memory_mb: int, limit_mb: int) -> TaskEn
     """The exit record of a task the kernel killed at its docker container's memory
     limit (`limit_mb`: its share of the YARN container): never retried, as YARN's own
     memory kill."""
-    return replace(rec, cause=PERMANENT, explained=True,
+    return replace(rec, cause=PERMANENT, explained=True, memory_mb=memory_mb,
                    reason=f"{memory_phrase(flag, memory_mb)} [docker: OOMKilled at "
                           f"{limit_mb} MB]")
 
@@ -209,6 +212,7 @@ def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
         phrase = phrase.replace("its node", f"its node {node}")
     return TaskEnd(None, lost=True, yarn=message.strip(), cause=cause,
                    taken=found in TAKEN_BACK, time=wall_time,
+                   memory_mb=memory_mb if phrase.startswith(MEMORY_KILLED) else 0,
                    reason=f"{phrase} [YARN: {cut_line(message.strip())}]")
 
 
@@ -280,9 +284,46 @@ def restart_after(spec: JobSpec, outcome: Outcome, attempt: int) -> bool:
             and (spec.restart_on == "any" or outcome.cause == RETRYABLE))
 
 
-def restart_words(spec: JobSpec, attempt: int, why: str) -> str:
-    """`attempt 2/3: restarting after worker:1 was preempted by YARN`; `attempt` is the
-    new gang's 0-based number (TFYARN_ATTEMPT), `why` how the previous one ended."""
+@dataclass(frozen=True)
+class Growth:
+    """A memory kill answered by --memory-growth: the role's next size, and the words."""
+
+    role: str
+    memory_mb: int
+    words: str  # `worker memory 2048 -> 3072 MB after worker:1 was killed for memory`
+
+
+def grow_memory(spec: JobSpec, outcome: Outcome, rec: TaskEnd | None,
+                sizes: Mapping[str, int]) -> tuple[Outcome, Growth | None]:
+    """After a memory kill, with --memory-growth: the role's next size on its ladder,
+    and the outcome made retryable (restarts still bound it). At the ladder's top (the
+    queue's largest container) the kill stays permanent and the message names the size."""
+    if spec.memory_growth is None or rec is None or not rec.memory_mb or not outcome.task:
+        return outcome, None
+    role = spec.container_of(Task.parse(outcome.task)).role
+    ladder = spec.memory_sizes(role)
+    larger = [mb for mb in ladder if mb > sizes.get(role, ladder[0])]
+    if not larger:
+        ceiling = spec.yarn.max_memory_mb
+        why = (f"the queue's largest container is {ceiling} MB" if ceiling
+               else "the ResourceManager did not say the queue's largest container")
+        return replace(outcome, message=f"{outcome.message} (--memory-growth {spec.memory_growth:g}"
+                       f" grew it as far as it could: {sizes.get(role, ladder[0])} MB; {why})"
+                       ), None
+    flag = "-pm" if role == "ps" else "-wm"
+    words = (f"{role} memory {sizes.get(role, ladder[0])} \u2192 {larger[0]} MB after "
+             f"{outcome.task} was killed for memory ({flag} x --memory-growth "
+             f"{spec.memory_growth:g})")
+    return replace(outcome, cause=RETRYABLE), Growth(role, larger[0], words)
+
+
+def restart_words(spec: JobSpec, attempt: int, why: str, grown: str = "") -> str:
+    """`attempt 2/3: restarting after worker:1 was preempted by YARN`, or after a memory
+    kill `attempt 2/3: worker memory 2048 \u2192 3072 MB after worker:1 was killed for
+    memory (...)` (`grown`: Growth.words); `attempt` is the new gang's 0-based number
+    (TFYARN_ATTEMPT), `why` how the previous one ended."""
+    if grown:
+        return f"attempt {attempt + 1}/{spec.attempts}: {grown}"
     return f"attempt {attempt + 1}/{spec.attempts}: restarting after {why}"
 
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from tfyarn.core.errors import EnvironmentMissing
 
-FORMAT = 2  # bump when a record's fields change: older readers then refuse, by name
+FORMAT = 3  # bump when a record's fields change: older readers then refuse, by name
 FORMAT_KEY = "format"
 
 R = TypeVar("R", bound="Record")
@@ -112,7 +112,8 @@ class TaskEnd(Record):
     that cannot run the task, an expired token); `cause`: retryable or permanent where
     known better than the exit code says; `yarn`: YARN's exit message; `taken`: YARN took
     the container back (preempted, lost node, disks); `result`: a `tfyarn.run` task's
-    pickled return value or exception, base64."""
+    pickled return value or exception, base64; `memory_mb`: the size of a container
+    killed for its memory (what --memory-growth grows from)."""
 
     code: int | None
     reason: str = ""
@@ -128,6 +129,7 @@ class TaskEnd(Record):
     addr: str = ""
     rank: int | None = None
     result: str = ""  # tfyarn.run: the function's return value or exception (callfn)
+    memory_mb: int = 0  # killed for exceeding its memory: the container's size (else 0)
 
     @property
     def failed(self) -> bool:
@@ -210,6 +212,7 @@ class Attempt(Record):
     task: str | None = None
     cause: str | None = None
     tasks: Mapping[str, TaskEnd] = field(default_factory=dict)
+    grown: str = ""  # the memory the next attempt was given after a memory kill (words)
 
     def words(self) -> str:
         """`attempt 1: FAILED: worker:0 exited with code 1`."""

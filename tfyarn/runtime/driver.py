@@ -29,6 +29,7 @@ from tfyarn.core.errors import StoreGone, exit_code
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import (
     REGROUP,
+    Growth,
     Liveness,
     backoff_s,
     cause_of,
@@ -36,6 +37,7 @@ from tfyarn.core.policy import (
     describe_exit,
     final_message,
     give_back,
+    grow_memory,
     lost_record,
     merge_records,
     needs_yarn_word,
@@ -237,6 +239,13 @@ class Referee:
         say(msg, "driver")
         self.job_store.put(kvmod.PHASE, msg)
 
+    def record_of(self, task: str | None) -> TaskEnd | None:
+        """The deciding task's end, YARN's word first (a memory kill is YARN's)."""
+        if task is None:
+            return None
+        t = Task.parse(task)
+        return self.ends().get(t) or self.last_records.get(t)
+
     def lost(self) -> dict[Task, TaskEnd]:
         """Tasks counted as lost so far (silent, or dead before reporting)."""
         return {t: r for t, r in self.last_records.items() if r.lost}
@@ -347,6 +356,11 @@ class Course:
     earlier: list[Attempt] = field(default_factory=list)  # how earlier attempts ended
     gang_no: int = 0  # the gang now wanted
     yielding: bool = False  # YARN preempted the last gang: another queue is owed room
+    memory: dict[str, int] = field(default_factory=dict)  # MB by role (--memory-growth)
+    growth: Growth | None = None  # the last attempt's memory kill, answered
+
+    def __post_init__(self) -> None:
+        self.memory = {r.name: r.resources.memory_mb for r in self.spec.roles}
 
 
 def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEnd]]:
@@ -355,7 +369,7 @@ def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEn
     task table."""
     start, given_back = time.monotonic(), 0
     while True:
-        course.gang.start(course.gang_no, attempt, course.earlier)
+        course.gang.start(course.gang_no, attempt, course.earlier, course.memory)
         referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
                           course.gang, course.gang_no, course.clock, start,
                           advertise_host=course.advertise_host, given_back=given_back)
@@ -419,13 +433,17 @@ def run_gang(course: Course, referee: Referee, attempt: int
     store.put(kvmod.PHASE, "stopping")
     rec = referee.last_records.get(Task.parse(outcome.task)) if outcome.task else None
     if restart_after(spec, outcome, attempt) and not needs_yarn_word(rec) \
-            and not regroups(outcome, rec, referee.published) and not preempted(rec):
-        _request(gang, course.gang_no + 1, attempt + 1)  # settled: YARN cannot say otherwise
+            and not regroups(outcome, rec, referee.published) and not preempted(rec) \
+            and not (rec is not None and rec.memory_mb):
+        # settled: YARN cannot say otherwise
+        _request(gang, course.gang_no + 1, attempt + 1, course.memory)
     snap = stop_everything(spec, scoped, outcome, referee.gone, tracker)
     tracker.feed.close()
     if referee.rendezvous is not None:
         referee.rendezvous.stop()
     outcome = replace(referee.settle(outcome), attempt=attempt)
+    outcome, course.growth = grow_memory(spec, outcome, referee.record_of(outcome.task),
+                                         course.memory)
     course.yielding = course.contention.note(referee.ends())
     return outcome, task_table(spec, snap, referee.lost(), referee.ends())
 
@@ -465,9 +483,12 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
         if not restart_after(spec, outcome, attempt):
             _clear(gang, course.gang_no + 1)  # asked for early, and not wanted after all
             break
-        words = restart_words(spec, attempt + 1, outcome.message)
+        grown = course.growth.words if course.growth is not None else ""
+        words = restart_words(spec, attempt + 1, outcome.message, grown)
+        if course.growth is not None:  # the next gang's containers of that role are larger
+            course.memory[course.growth.role] = course.growth.memory_mb
         say(words, "driver")
-        course.earlier.append(replace(outcome, tasks=tasks).summary())
+        course.earlier.append(replace(replace(outcome, tasks=tasks).summary(), grown=grown))
         store.put(kvmod.PHASE, words)
         _clear(gang, course.gang_no)
         attempt += 1
@@ -485,9 +506,10 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
     return final
 
 
-def _request(gang: gangmod.Gang, gang_no: int, attempt: int) -> None:
+def _request(gang: gangmod.Gang, gang_no: int, attempt: int,
+             memory: Mapping[str, int]) -> None:
     try:
-        gang.request(gang_no, attempt)
+        gang.request(gang_no, attempt, memory)
     except StoreGone as exc:  # asked again when the attempt starts
         say(f"could not ask for attempt {attempt + 1}'s containers early: {exc!r}", "driver")
 

@@ -17,7 +17,7 @@ Must not decide whether a gang starts (the driver and `core.policy` do).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,11 +42,13 @@ class Gang:
     def __init__(self, store: kvmod.KV) -> None:
         self.store = store
 
-    def start(self, gang: int, attempt: int, earlier: Sequence[Attempt]) -> None:
-        """Ask for gang `gang` of attempt `attempt` (the client watches this key)."""
+    def start(self, gang: int, attempt: int, earlier: Sequence[Attempt],
+              memory: Mapping[str, int]) -> None:
+        """Ask for gang `gang` of attempt `attempt` (the client watches this key), its
+        containers of `memory` MB by role (locally memory is not limited: unused)."""
         self.store.put(kvmod.ATTEMPT, Wanted(attempt, gang, tuple(earlier)).to_json())
 
-    def request(self, gang: int, attempt: int) -> bool:
+    def request(self, gang: int, attempt: int, memory: Mapping[str, int]) -> bool:
         """Ask the cluster for `gang`'s containers ahead of `start`, while the failed
         gang is still being stopped; whether it did (local: never, the client starts a
         gang in a moment)."""
@@ -92,13 +94,15 @@ class SkeinGang(Gang):
         # gang -> skein container id ("worker-1_0") -> its tfyarn container's name
         self.ids: dict[int, dict[str, str]] = {0: {f"{c.name}_0": c.name
                                                    for c in spec.containers()}}
+        self.memory: dict[int, Mapping[str, int]] = {}  # gang -> MB by role, where grown
         self.polls: dict[int, _Poll] = {}
 
-    def start(self, gang: int, attempt: int, earlier: Sequence[Attempt]) -> None:
-        super().start(gang, attempt, earlier)
-        self.request(gang, attempt)
+    def start(self, gang: int, attempt: int, earlier: Sequence[Attempt],
+              memory: Mapping[str, int]) -> None:
+        super().start(gang, attempt, earlier, memory)
+        self.request(gang, attempt, memory)
 
-    def request(self, gang: int, attempt: int) -> bool:
+    def request(self, gang: int, attempt: int, memory: Mapping[str, int]) -> bool:
         """New containers for `gang` (0: the application spec's own instances). Asked
         for as soon as a failure looks restartable: skein's ApplicationMaster talks to
         the ResourceManager every 5 s while it wants nothing, every 1 s while it waits
@@ -107,9 +111,13 @@ class SkeinGang(Gang):
         self.polls.setdefault(gang, _Poll())
         if gang in self.ids:
             return True
-        env = {"TFYARN_ATTEMPT": str(attempt), "TFYARN_GANG": str(gang)}
-        self.ids[gang] = {self.app.add_container(c.name, env): c.name
-                          for c in self.spec.containers()}
+        self.memory[gang] = dict(memory)
+        self.ids[gang] = {}
+        for c in self.spec.containers():
+            mb = memory.get(c.role, c.resources.memory_mb)
+            env = {"TFYARN_ATTEMPT": str(attempt), "TFYARN_GANG": str(gang),
+                   "TFYARN_MEMORY_MB": str(mb)}
+            self.ids[gang][self.app.add_container(c.service(mb), env)] = c.name
         return True
 
     def ends(self, gang: int) -> dict[Task, TaskEnd]:
@@ -152,18 +160,18 @@ class SkeinGang(Gang):
                 continue
             poll.finished.update(container.tasks)
             if state == "FAILED":
-                self._note_end(poll, container, c)
+                self._note_end(poll, container, c, gang)
         if held > poll.held:
             poll.given_at = poll.at
         poll.held, poll.asked = held, asked
         return poll
 
-    def _note_end(self, poll: _Poll, container: Container, c: Any) -> None:
+    def _note_end(self, poll: _Poll, container: Container, c: Any, gang: int) -> None:
         """YARN's word on a container it ended, for each of its tasks."""
         flag = "-pm" if container.tasks[0].type == "ps" else "-wm"
         node = (c.yarn_node_http_address or "").rsplit(":", 1)[0]
-        rec = yarn_end(c.exit_message or "", container.resources.memory_mb, flag,
-                       time.time(), node)
+        mb = self.memory.get(gang, {}).get(container.role, container.resources.memory_mb)
+        rec = yarn_end(c.exit_message or "", mb, flag, time.time(), node)
         for task in container.tasks:
             poll.ends.setdefault(task, rec)
 

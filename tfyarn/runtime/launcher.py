@@ -245,6 +245,11 @@ class LaunchArgs:
     attempt: int = 0  # which run of the user command this is (restarts; TFYARN_ATTEMPT)
     gang: int = 0  # which gang of containers: keys are read and written under it
     watchdog: bool = True  # fork one (YARN); local mode's client does its work instead
+    memory_mb: int = 0  # this container's memory when grown (--memory-growth); 0: the job's
+
+    def memory_of(self, task: Task) -> int:
+        """The container's memory: grown after a memory kill, else what the job asked."""
+        return self.memory_mb or self.job.container_of(task).resources.memory_mb
 
 
 def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
@@ -264,6 +269,8 @@ def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
                    "restarts count up; the tasks' TFYARN_ATTEMPT)")
     p.add_argument("--gang", type=int, help="the gang's number (default: --attempt; never "
                    "derived: keys are read and written under it)")
+    p.add_argument("--memory-mb", type=int, default=0, help="the container's memory when "
+                   "the driver grew it after a memory kill (0: the job's own size)")
     p.add_argument("--no-watchdog", action="store_true", help="local mode: the client ends "
                    "what a dead launcher leaves behind, so no watchdog process is forked")
     ns = p.parse_args(argv)
@@ -273,7 +280,8 @@ def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
     gang = ns.attempt if ns.gang is None else ns.gang
     run = docker.DockerRun(ns.docker_image, ns.docker_network, tuple(ns.docker_mount),
                            ns.docker_runtime) if ns.docker_image else None
-    return LaunchArgs(job, tasks, ns.kv, ns.gpus, run, ns.attempt, gang, not ns.no_watchdog)
+    return LaunchArgs(job, tasks, ns.kv, ns.gpus, run, ns.attempt, gang, not ns.no_watchdog,
+                      ns.memory_mb)
 
 
 @dataclass
@@ -395,7 +403,6 @@ class Launcher:
     def docker_argv(self, slot: Slot, env_vars: Mapping[str, str]) -> list[str]:
         a, job_id = self.args, self.settings.job_id or "unknown"
         assert a.docker is not None
-        res = a.job.container_of(slot.task).resources
         cwd = os.getcwd()
         extra = [env_vars.get(k, "") for k in ("TFYARN_CHECKPOINT_DIR", "TFYARN_MODEL_DIR",
                                                  "TFYARN_TENSORBOARD_DIR")]
@@ -407,7 +414,7 @@ class Launcher:
         return docker.run_argv(
             a.docker, a.job.command, name=slot.container, labels=labels,
             env_keys=sorted(env_vars), mounts=docker.workdir_mounts(cwd, extra), cwd=cwd,
-            user=f"{os.getuid()}:{os.getgid()}", memory_mb=res.memory_mb // len(a.tasks),
+            user=f"{os.getuid()}:{os.getgid()}", memory_mb=a.memory_of(slot.task) // len(a.tasks),
             gpus=slot.gpus)
 
     def start(self, slot: Slot, env_vars: dict[str, str]) -> None:
@@ -443,10 +450,9 @@ class Launcher:
             record = token_end(record)
         if slot.container:  # the daemon's child, not ours: removed here, whatever ended it
             if code and docker.oom_killed(slot.container):
-                res = self.args.job.container_of(slot.task).resources
+                mb = self.args.memory_of(slot.task)
                 flag = "-pm" if slot.task.type == "ps" else "-wm"
-                record = memory_end(record, flag, res.memory_mb,
-                                    res.memory_mb // len(self.args.tasks))
+                record = memory_end(record, flag, mb, mb // len(self.args.tasks))
             tree.remove_containers(f"name=^{slot.container}$")
         self.publish(slot.task, slot.addr, slot.rank, record)
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfyarn.core.errors import StoreGone
-from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.jobspec import JobSpec, container_name
 from tfyarn.core.policy import attempt_tables
 from tfyarn.core.records import Outcome
 from tfyarn.core.say import say
@@ -69,10 +69,11 @@ class YarnSite(Site):
     def log_links(self, spec: JobSpec) -> LogLinks:
         """Each task's container log URL on its NodeManager (the newest container of its
         service: after a restart, the current attempt's)."""
-        newest: dict[str, Any] = {}
+        newest: dict[str, Any] = {}  # by container name: a grown one's service differs
         for c in self.app.containers(states=gangmod.STATES):
-            if c.service_name not in newest or c.instance > newest[c.service_name].instance:
-                newest[c.service_name] = c
+            name = container_name(c.service_name)
+            if name not in newest or _started(c) > _started(newest[name]):
+                newest[name] = c
 
         def link(task: Task) -> str | None:
             c = newest.get(spec.container_of(task).name)
@@ -109,6 +110,12 @@ class YarnSite(Site):
         say(f"keeping the application for TensorBoard ({linger / 60:g} min)", "driver")
         with contextlib.suppress(StoreGone):
             self.store.wait(kvmod.TENSORBOARD_DONE, timeout=linger + TENSORBOARD_DONE_SLACK_S)
+
+
+def _started(c: Any) -> tuple[int, str]:
+    """The order containers were given in (YARN's container ids count up)."""
+    cid = c.yarn_container_id or ""
+    return (len(cid), cid)
 
 
 def open_site(url: str) -> Site:
