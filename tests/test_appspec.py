@@ -72,6 +72,26 @@ def test_every_app_type(tmp_path, kw, services):
     skein.ApplicationSpec.from_dict(app)
 
 
+def test_memory_growth_declares_a_service_per_grown_size(tmp_path):
+    """--memory-growth 1.5 under a 4096 MB queue limit: each container's grown sizes are
+    services of no instance (skein sizes containers by service); the driver adds to them."""
+    from dataclasses import replace
+
+    spec = job(tmp_path, kind="tensorflow-ps", workers="2", worker_memory="2000",
+               ps_memory="1024", max_restarts="3", memory_growth="1.5")
+    spec = replace(spec, yarn=replace(spec.yarn, max_memory_mb=4096))
+    _, app = build(spec, tmp_path)
+    services = app["services"]
+    assert {n: (s["instances"], s["resources"]["memory"]) for n, s in services.items()} == {
+        "ps-0": (1, 1024), "ps-0-mem1536": (0, 1536), "ps-0-mem2304": (0, 2304),
+        "ps-0-mem3456": (0, 3456),
+        "chief-0": (1, 2000), "chief-0-mem3072": (0, 3072), "chief-0-mem4096": (0, 4096),
+        "worker-0": (1, 2000), "worker-0-mem3072": (0, 3072), "worker-0-mem4096": (0, 4096)}
+    assert services["worker-0-mem3072"]["script"] == services["worker-0"]["script"]
+    assert '--memory-mb "${TFYARN_MEMORY_MB:-0}"' in services["worker-0"]["script"]
+    skein.ApplicationSpec.from_dict(app)
+
+
 def test_local_mode_uses_python_option(tmp_path):
     _, app = build(job(tmp_path, python="/opt/py/bin/python3.11"), tmp_path)
     script = app["services"]["chief-0"]["script"]

@@ -42,6 +42,10 @@ BAD = [
     (["-m", "virtual-env", "-m_arg", "nope.tar.gz"], "-m_arg"), (["--env", "NOEQUALS"], "--env"),
     (["-wait_time", "0"], "-wait_time"), (["-t", "tensorflow-ps", "-ppn", "2"], "-ppn"),
     (["-log_tensorboard", "/tmp/tb"], "-log_tensorboard"), (["--bogus", "1"], "--bogus"),
+    (["--memory-growth", "1.5"], "--memory-growth"),  # without --max-restarts
+    (["--max-restarts", "1", "--memory-growth", "1"], "--memory-growth"),
+    (["--max-restarts", "1", "--memory-growth", "x2"], "--memory-growth"),
+    (["--stall-timeout", "0"], "--stall-timeout"),
 ]
 
 

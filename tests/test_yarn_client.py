@@ -787,3 +787,17 @@ def test_an_application_the_rm_forgot_after_a_restart_is_said_as_such(monkeypatc
     with pytest.raises(Exception) as never:
         yarn.Watcher(Yarn(client), "application_1795585834313_0999", _spec()).run()
     assert "is gone" not in str(never.value) and "Unknown ApplicationId" in str(never.value)
+
+
+def test_the_queues_largest_container_is_read_from_the_schedulers_answer():
+    """Captured on the sandbox (Capacity Scheduler, queues default and urgent)."""
+    import json
+
+    from tfyarn.client.rm import max_allocation_mb
+
+    answer = json.loads((REPO / "tests" / "fixtures" / "hadoop-3.3.6" /
+                         "rm-scheduler-two-queues.body").read_text())
+    assert max_allocation_mb(answer, "default") == 4096
+    assert max_allocation_mb(answer, "root.urgent") == 4096
+    assert max_allocation_mb(answer, "nosuchqueue") is None
+    assert max_allocation_mb({}, "default") is None
