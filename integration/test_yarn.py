@@ -541,6 +541,25 @@ def test_memory_growth_restarts_a_memory_killed_worker_larger_and_it_succeeds(el
     assert final_state(app_id) == "FINISHED/SUCCEEDED"
 
 
+def test_a_stalled_worker_is_restarted_by_stall_timeout_and_succeeds(el_submit, tmp_path):
+    """worker:1 deadlocks after step 50 in attempt 0: alive, heartbeating, no progress.
+    --stall-timeout fails the attempt naming it and its last step, the gang restarts in
+    the same application and resumes from its checkpoints (a dir every node of the
+    sandbox sees) to SUCCEEDED."""
+    from programs import STALLS  # tests/ (on the path: conftest), the local test's too
+
+    (tmp_path / "train.py").write_text(STALLS)
+    out, app_id = el_submit("-t", "tensorflow-worker", "-wn", "2", *SMALL, "--max-restarts",
+                            "1", "--stall-timeout", "10", "--checkpoint-dir",
+                            str(tmp_path / "ckpt"), "-f", str(tmp_path / "train.py"), "-c",
+                            "python train.py", timeout=600)
+    assert out.returncode == 0, out.stderr[-4000:]
+    assert "attempt 2/2: restarting after training stalled: worker:1 at step 50: no " \
+        "progress for " in out.stderr, out.stderr[-4000:]
+    assert final_state(app_id) == "FINISHED/SUCCEEDED"
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir()) == ["step-0", "step-1"]
+
+
 def test_status_lists_attempts_while_restarted_gang_runs(tmp_path, apps):
     from conftest import launcher_pid, node_processes, wait_until
 

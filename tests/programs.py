@@ -66,3 +66,29 @@ class Crash(Program):
     def train(self, ctx):
         raise RuntimeError("injected: training crashed")
 """
+
+# A training loop reporting tfyarn.progress, checkpointing every 10 steps (a file per
+# task in TFYARN_CHECKPOINT_DIR) and resuming from it. In attempt 0, worker:1 deadlocks
+# after step 50: alive, heartbeating, no progress (--stall-timeout's case). Prints where
+# it started and ended.
+STALLS = """
+import os, sys, time
+import tfyarn
+
+index, attempt = os.environ["TFYARN_TASK_INDEX"], os.environ["TFYARN_ATTEMPT"]
+ckpt_dir = os.environ["TFYARN_CHECKPOINT_DIR"]
+os.makedirs(ckpt_dir, exist_ok=True)
+ckpt = os.path.join(ckpt_dir, f"step-{index}")
+start = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
+for step in range(start, 80):
+    tfyarn.progress(step, loss=1.0 / (step + 1))
+    if step == 50 and attempt == "0" and index == "1":
+        print("deadlocked at step 50", flush=True)
+        time.sleep(3600)
+    if step % 10 == 0:
+        with open(ckpt + ".tmp", "w") as f:
+            f.write(str(step))
+        os.replace(ckpt + ".tmp", ckpt)
+    time.sleep(0.05)
+print(f"worker:{index} attempt {attempt} trained steps {start}..79", flush=True)
+"""

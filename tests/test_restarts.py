@@ -33,6 +33,23 @@ def test_sigkill_in_attempt_0_restarts_the_gang_and_succeeds(el_submit):
     assert job_processes(out.stdout.strip()) == []
 
 
+def test_a_stalled_worker_is_restarted_by_stall_timeout_and_resumes(el_submit):
+    """worker:1 deadlocks after step 50 (its process alive, its launcher heartbeating);
+    --stall-timeout 5 fails the attempt naming it and its step, the gang restarts, and
+    both resume from their checkpoints to the end."""
+    from programs import STALLS
+
+    (el_submit.tmpdir / "train.py").write_text(STALLS)
+    out = el_submit(*WORKERS, "--max-restarts", "1", "--stall-timeout", "5",
+                    "-f", str(el_submit.tmpdir / "train.py"), "-c", "python train.py",
+                    cwd=el_submit.tmpdir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "attempt 2/2: restarting after training stalled: worker:1 at step 50: no " \
+        "progress for " in out.stderr, out.stderr[-3000:]
+    assert "(--stall-timeout 5) while the processes lived" in out.stderr
+    assert job_processes(out.stdout.strip()) == []
+
+
 def test_without_restarts_the_same_failure_fails_naming_it(el_submit):
     out = el_submit(*WORKERS, "-c", KILL_ONCE)
     assert out.returncode == 1

@@ -11,13 +11,22 @@ __version__ = "0.1.0"
 API = ("submit", "attach", "run", "Job", "JobStatus", "JobFailed", "SpecError")
 
 
+TASK = ("progress", "progress_callback")  # what a task calls: no API, no client loaded
+
+
 def __getattr__(name: str) -> Any:
     if name in API:
         from tfyarn import api
 
         return getattr(api, name)
+    if name in TASK:
+        from tfyarn.runtime import steps
+
+        value = steps.progress if name == "progress" else steps.keras_callback
+        globals()[name] = value  # looked up once: a call per step costs no lookup
+        return value
     raise AttributeError(f"module 'tfyarn' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *API])
+    return sorted([*globals(), *API, *TASK])

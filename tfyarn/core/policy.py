@@ -415,6 +415,43 @@ class Liveness:
                 if t not in done and now - at > self.timeout_s}
 
 
+@dataclass
+class Stalls:
+    """When each reporting task's step last moved, on the driver's clock (`tfyarn.progress`
+    reports); one whose step stood still past --stall-timeout is stalled. A task that
+    never reported is never judged here (heartbeats and exits judge it, as before)."""
+
+    timeout_s: float | None
+    seen: dict[Task, tuple[int, float]] = field(default_factory=dict)
+
+    def observe(self, task: Task, step: int, now: float) -> None:
+        last = self.seen.get(task)
+        if last is None or last[0] != step:
+            self.seen[task] = (step, now)
+
+    def stalled(self, now: float, ended: Iterable[Task]) -> dict[Task, tuple[int, float]]:
+        """Still-running reporting tasks whose step stood still past the timeout: their
+        last step and for how long."""
+        if self.timeout_s is None:
+            return {}
+        done = set(ended)
+        return {t: (step, now - at) for t, (step, at) in self.seen.items()
+                if t not in done and now - at > self.timeout_s}
+
+
+def stall_outcome(stalled: Mapping[Task, tuple[int, float]], timeout_s: float) -> Outcome:
+    """The failure of a job whose training stopped moving while its processes lived (a
+    hung collective, a deadlocked input pipeline, a ps that stopped answering): retryable,
+    so --max-restarts resumes it from its checkpoint."""
+    tasks = sorted(stalled, key=lambda t: natural_name(str(t)))
+    where = ", ".join(f"{t} at step {stalled[t][0]}" for t in tasks)
+    idle = min(s for _, s in stalled.values())
+    return Outcome("FAILED", f"training stalled: {where}: no progress for {idle:.0f} s "
+                   f"(--stall-timeout {timeout_s:g}) while the processes lived (a hung "
+                   "collective, input pipeline or ps?): see the tasks' logs",
+                   str(tasks[0]), cause=RETRYABLE)
+
+
 def lost_record(silent_s: float, wall_time: float) -> TaskEnd:
     why = (f"no heartbeat for {silent_s:.0f} s: its container or process died, froze or lost "
            "the network")

@@ -140,6 +140,17 @@ NEVER_REPORTED = TaskEnd(None, "never reported")
 
 
 @dataclass(frozen=True)
+class StepReport(Record):
+    """`steps/<t>`: the task's last reported training step (`tfyarn.progress`), when
+    (its host's clock), steps/s since its previous report, and its numbers (loss, ...)."""
+
+    step: int
+    time: float
+    rate: float = 0.0
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Started(Record):
     """`started/<t>`: the task's user process runs (its pid, on its host's clock)."""
 

@@ -48,7 +48,7 @@ JOB = "job"  # the JobSpec's own JSON, put by the driver first: a handle that at
 
 # One gang's task keys, a dir per kind (`addr/worker:1`): whoever waits on one kind is
 # not woken by another's writes (a heartbeat never wakes the driver).
-TASK_KINDS = ("addr", "started", "beat", "exit", "lost")
+TASK_KINDS = ("addr", "started", "beat", "exit", "lost", "steps")
 EVENT_KINDS = ("addr", "started", "exit", "lost")  # what the driver acts on at once
 
 
@@ -67,6 +67,12 @@ def start_key(task: Task) -> str:
 def beat_key(task: Task) -> str:
     """Bumped by the launcher (`KV.beat`) every `timing.heartbeat_s` while it lives."""
     return f"beat/{task}"
+
+
+def steps_key(task: Task) -> str:
+    """Put by the launcher with a heartbeat when the task reported a new step
+    (records.StepReport); read by the driver as often as heartbeats, never followed."""
+    return f"steps/{task}"
 
 
 def lost_key(task: Task) -> str:

@@ -11,12 +11,13 @@ Must not write to the store nor decide the outcome (`core.policy` does, from wha
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
 from tfyarn.core.policy import PERMANENT
-from tfyarn.core.records import Attempt, JobTasks, RecordError, TaskEnd
+from tfyarn.core.records import Attempt, JobTasks, RecordError, StepReport, TaskEnd
 from tfyarn.core.tfconfig import Task, natural
 from tfyarn.protocol import kv as kvmod
 
@@ -68,6 +69,7 @@ class Snapshot:
     beats: dict[Task, str] = field(default_factory=dict)
     exits: dict[Task, TaskEnd] = field(default_factory=dict)
     lost: dict[Task, TaskEnd] = field(default_factory=dict)
+    steps: dict[Task, StepReport] = field(default_factory=dict)  # tfyarn.progress reports
 
     def state_of(self, task: Task) -> TaskState:
         addr = self.addrs.get(task)
@@ -117,6 +119,9 @@ def apply(snap: Snapshot, key: str, value: str) -> bool:
         snap.started.add(task)
     elif kind == "beat":
         snap.beats[task] = value
+    elif kind == "steps":
+        with contextlib.suppress(RecordError):  # another version's: no progress known
+            snap.steps[task] = StepReport.from_json(value, key)
     elif kind == "exit":
         snap.exits[task] = _end(key, value)
     else:

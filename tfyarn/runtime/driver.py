@@ -31,6 +31,7 @@ from tfyarn.core.policy import (
     REGROUP,
     Growth,
     Liveness,
+    Stalls,
     backoff_s,
     cause_of,
     decide,
@@ -46,6 +47,7 @@ from tfyarn.core.policy import (
     regroups,
     restart_after,
     restart_words,
+    stall_outcome,
 )
 from tfyarn.core.records import (
     NEVER_REPORTED,
@@ -138,6 +140,7 @@ class Referee:
     published: bool = False
     chief_done_said: bool = False
     liveness: Liveness = field(init=False)
+    stalls: Stalls = field(init=False)
     last_records: dict[Task, TaskEnd] = field(default_factory=dict)
     advertise_host: str = "127.0.0.1"
     rendezvous: RendezvousServer | None = None
@@ -145,6 +148,7 @@ class Referee:
 
     def __post_init__(self) -> None:
         self.liveness = Liveness(self.spec.heartbeat_timeout_s)
+        self.stalls = Stalls(self.spec.stall_timeout_s)
 
     def external_stop(self) -> Outcome | None:
         if os.getppid() != self.clock.parent:  # before a signal: a dying client sends SIGTERM too
@@ -254,10 +258,21 @@ class Referee:
         """Tasks whose launcher cannot report any more: lost, or its container ended."""
         return {**self.lost(), **self.ends()}
 
+    def stalled(self, snap: Snapshot, records: Mapping[Task, TaskEnd]) -> Outcome | None:
+        """--stall-timeout: reporting tasks whose step stood still that long."""
+        if self.spec.stall_timeout_s is None:
+            return None
+        now = time.monotonic()
+        for task, report in snap.steps.items():
+            self.stalls.observe(task, report.step, now)
+        stuck = self.stalls.stalled(now, records)
+        return stall_outcome(stuck, self.spec.stall_timeout_s) if stuck else None
+
     def step(self, snap: Snapshot) -> Outcome | None:
         records = self.last_records = self.records(snap)
         outcome = (self.external_stop() or decide(self.spec, records)
-                   or self.deadline_passed(snap.addrs) or self.give_back())
+                   or self.deadline_passed(snap.addrs) or self.give_back()
+                   or self.stalled(snap, records))
         if outcome is None:
             self.publish_if_ready(snap.addrs)
             self.note_chief_done(records)
@@ -307,6 +322,8 @@ class Tracker:
         if time.monotonic() - self.beats_at >= self.beat_s:
             self.beats_at = time.monotonic()
             for key, value in self.scoped.beats("beat/").items():
+                taskstate.apply(self.snap, key, value)
+            for key, value in self.scoped.scan("steps/").items():  # tfyarn.progress
                 taskstate.apply(self.snap, key, value)
         return self.snap
 

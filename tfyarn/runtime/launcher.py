@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import PERMANENT, memory_end, stderr_excerpt, token_end, token_expired
-from tfyarn.core.records import Cluster, RankTable, Started, TaskEnd
+from tfyarn.core.records import Cluster, RankTable, Started, StepReport, TaskEnd
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import (
@@ -55,7 +55,7 @@ from tfyarn.core.timing import (
 from tfyarn.hdfs import plugin as hdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import users_env
-from tfyarn.runtime import docker, keytab
+from tfyarn.runtime import docker, keytab, steps
 from tfyarn.runtime.callfn import RESULT_VAR
 from tfyarn.system import spawn, streams, tree
 
@@ -143,13 +143,20 @@ def _daemon(target: Callable[[], object]) -> threading.Thread:
 def heartbeat(store: kvmod.KV, tasks: Sequence[Task], flag: StopFlag,
               done: threading.Event, interval: float) -> None:
     """Bump each task's beat every `interval` until `done`; the driver counts a task
-    whose beat stops moving as lost."""
+    whose beat stops moving as lost. A step the task reported since (`tfyarn.progress`)
+    goes with it."""
     n = 0
+    reports: dict[Task, StepReport] = {}
+    workdir = os.getcwd()
     while not done.is_set():
         n += 1
         try:
             for task in tasks:
                 store.beat(kvmod.beat_key(task), n)
+                new = steps.read(steps.path_for(workdir, str(task)), reports.get(task))
+                if new is not None:
+                    reports[task] = new
+                    store.put(kvmod.steps_key(task), new.to_json())
         except (StoreGone, OSError) as exc:
             flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
             return
@@ -383,6 +390,9 @@ class Launcher:
         env.update(run_env(self.args.attempt, checkpoint_dir(job.checkpoint_dir, job_id, user),
                            model_dir(job.model_dir, job_id, user), job.tensorboard_dir))
         env[RESULT_VAR] = slot.result_file
+        env[steps.ENV] = steps.path_for(os.getcwd(), str(slot.task))
+        with contextlib.suppress(FileNotFoundError):  # an earlier run's, in this dir
+            os.remove(env[steps.ENV])
         if job.runtime.mode == "local":  # `tfyarn.run`'s tasks: the launcher's own python
             env.setdefault("TFYARN_PYTHON", sys.executable)  # (else the env's, on PATH)
         k = len(self.args.tasks)
