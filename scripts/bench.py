@@ -578,6 +578,32 @@ def pipeline_times(where: str) -> dict:
             "pipelined_ratio": round(piped / whole, 2), "target": 0.7}
 
 
+PROGRESS_CALL = """
+import os, sys, time
+os.environ["TFYARN_STEPS_FILE"] = sys.argv[1]
+import tfyarn
+def anchor(step, **metrics):  # an empty Python call with the same arguments
+    pass
+def timed(fn, n=200_000):
+    t = time.perf_counter()
+    for i in range(n):
+        fn(i, loss=0.25, accuracy=0.5)
+    return (time.perf_counter() - t) / n * 1e6
+tfyarn.progress(0)  # the file opened and mapped once, outside the timing
+print(min(timed(tfyarn.progress) for _ in range(5)), min(timed(anchor) for _ in range(5)))
+"""
+
+
+def progress_cost(tmp: str) -> dict[str, float]:
+    """tfyarn.progress(step, loss=, accuracy=) per call, in a task's environment (its
+    steps file mapped), against an empty Python call with the same arguments."""
+    out = subprocess.run([sys.executable, "-c", PROGRESS_CALL, os.path.join(tmp, "steps")],
+                         capture_output=True, text=True, check=True)
+    ours, anchor = (float(x) for x in out.stdout.split())
+    return {"progress_call_us": round(ours, 2), "empty_call_us": round(anchor, 3),
+            "progress_over_empty": round(ours / anchor, 1), "target_progress_call_us": 20.0}
+
+
 def median_of(fn, repeat: int) -> float:
     runs = []
     for _ in range(repeat):
@@ -602,7 +628,13 @@ def main() -> None:
     p.add_argument("--pipeline", nargs="?", const="yarn", choices=["yarn", "local"],
                    help="only pl_submit's time to the first training step, pipelined and "
                    "not (yarn: the cluster HADOOP_CONF_DIR names)")
+    p.add_argument("--progress", action="store_true", help="only tfyarn.progress's cost per "
+                   "call (target: 20 us)")
     ns = p.parse_args()
+    if ns.progress:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(json.dumps(progress_cost(tmp), indent=2))
+        return
     if ns.pipeline:
         print(json.dumps(pipeline_times(ns.pipeline), indent=2))
         return

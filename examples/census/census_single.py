@@ -229,6 +229,16 @@ def build_model(enc: Encoder):
     return keras.Model({"ids": ids, "num": num}, logit)
 
 
+def progress_reporter():
+    """tfyarn.progress where tfyarn is installed (a task of a tfyarn job: --stall-timeout
+    and the page's steps/s read it), else a no-op: this file also runs plainly."""
+    try:
+        from tfyarn import progress
+    except ImportError:
+        return lambda step, **metrics: None
+    return progress
+
+
 def make_step(strategy, model, optimizer, global_batch: int):
     import tensorflow as tf
 
@@ -344,9 +354,12 @@ def train_here(args, enc, train, labels):
     epochs = Epochs(args.checkpoint_dir, model, optimizer, summaries=args.tensorboard_dir)
     step = make_step(tf.distribute.get_strategy(), model, optimizer, args.batch_size)
     it = iter(dataset(train, labels, args.batch_size, repeat=True))
+    report = progress_reporter()
     for epoch in range(epochs.start, args.epochs):
-        for _ in range(steps_per_epoch(args, labels)):
+        n = steps_per_epoch(args, labels)
+        for i in range(n):
             loss = step(it)
+            report(epoch * n + i + 1)
         epochs.done(epoch + 1, loss)
     return model, epochs
 
@@ -369,9 +382,12 @@ def train_ps(args, enc, train, labels, resolver):
         return dataset(train, labels, args.batch_size, repeat=True)
 
     it = iter(coordinator.create_per_worker_dataset(per_worker))
+    report = progress_reporter()
     for epoch in range(epochs.start, args.epochs):
-        for _ in range(steps_per_epoch(args, labels)):
+        n = steps_per_epoch(args, labels)
+        for i in range(n):
             loss = coordinator.schedule(step, args=(it,))
+            report(epoch * n + i + 1)  # scheduled: the chief's view
         coordinator.join()
         epochs.done(epoch + 1, loss)
     return model, epochs
@@ -400,9 +416,12 @@ def train_mwms(args, enc, train, labels):
         ds = ds.with_options(options)
     it = iter(strategy.experimental_distribute_dataset(ds))
     step = make_step(strategy, model, optimizer, args.batch_size)
+    report = progress_reporter()
     for epoch in range(epochs.start, args.epochs):
-        for _ in range(steps_per_epoch(args, labels)):
+        n = steps_per_epoch(args, labels)
+        for i in range(n):
             loss = step(it)
+            report(epoch * n + i + 1)
         epochs.done(epoch + 1, loss)
     return model, epochs
 
