@@ -305,7 +305,7 @@ def test_yarn_a_partial_gang_gives_its_containers_back_and_asks_again(tmp_path, 
         assert thread.is_alive()
         thread.join(timeout=0.1)
     assert sorted(app.killed) == ["worker-0_0", "worker-1_0"]
-    told = {"TFYARN_ATTEMPT": "0", "TFYARN_GANG": "1"}
+    told = {"TFYARN_ATTEMPT": "0", "TFYARN_GANG": "1", "TFYARN_MEMORY_MB": "1024"}
     assert [(c, e) for c, e in app.added] == [("worker-0_1", told), ("worker-1_1", told)]
     assert kvmod.wanted(store) == Wanted(0, 1)
     _run_gang(store, spec, 1, thread)
