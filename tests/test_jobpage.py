@@ -59,8 +59,10 @@ def rows(dom: str) -> dict[str, list[str]]:
 
 def test_page_during_a_job_and_after_its_failure(browser, tmp_path):
     stop = tmp_path / "stop"
+    steps = ("import time, tfyarn; [tfyarn.progress(i, loss=1 / i) or time.sleep(0.1) "
+             "for i in range(1, 8)]; time.sleep(300)")  # worker:0 reports steps 1-7
     cmd = (f'if [ "$TFYARN_TASK_INDEX" = 1 ]; then while [ ! -e {stop} ]; do sleep 0.2; done; '
-           'echo "worker one gives up" >&2; exit 3; fi; sleep 300')
+           f'echo "worker one gives up" >&2; exit 3; fi; {sys.executable} -c "{steps}"')
     proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn",
                              "2", "-a", "census<&>", "--local", "-c", cmd], cwd=tmp_path,
                             env={**os.environ, "TMPDIR": str(tmp_path)}, text=True,
@@ -75,16 +77,18 @@ def test_page_during_a_job_and_after_its_failure(browser, tmp_path):
             break
     assert url and url.startswith("http://127.0.0.1:"), "".join(seen)
     deadline = time.monotonic() + 60
-    while True:  # both tasks' processes have started
+    while True:  # both tasks' processes have started, worker:0's step 7 came (a heartbeat)
         dom = browser(url)
         table = rows(dom)
-        if [c[2] for c in table.values()] == ["running", "running"] or \
-                time.monotonic() > deadline:
+        if [c[2] for c in table.values()] == ["running", "running"] and \
+                table["worker:0"][4].startswith("step 7 ") or time.monotonic() > deadline:
             break
         time.sleep(0.5)
     assert set(table) == {"worker:0", "worker:1"}, dom
     assert [c[2] for c in table.values()] == ["running", "running"], dom
     assert re.match(r"127\.0\.0\.1:\d+$", table["worker:0"][1])
+    assert re.fullmatch(r"step 7 \(\d+\.\d/s\)", table["worker:0"][4]), table  # progress
+    assert table["worker:1"][4] == ""  # never reported
     assert 'id="state" class="RUNNING"' in dom and "<h1>census&lt;&amp;&gt;</h1>" in dom
     assert 'http-equiv="refresh"' in dom
     log = browser(url + "logs/worker-0")
@@ -112,3 +116,5 @@ def test_page_during_a_job_and_after_its_failure(browser, tmp_path):
     assert 'id="state" class="FAILED"' in dom and "worker:1 exited with code 3" in dom
     assert "worker one gives up" in re.search(r"<pre id=\"tail\">(.*?)</pre>", dom, re.S)[1]
     assert 'http-equiv="refresh"' not in dom  # a final page stays put
+    goodput = re.search(r"<ul id=\"goodput\">(.*?)</ul>", dom, re.S)[1]
+    assert re.search(r"goodput \d+%: ", goodput) and "FAILED (permanent): steps 1-7" in goodput

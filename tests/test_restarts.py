@@ -47,6 +47,11 @@ def test_a_stalled_worker_is_restarted_by_stall_timeout_and_resumes(el_submit):
     assert "attempt 2/2: restarting after training stalled: worker:1 at step 50: no " \
         "progress for " in out.stderr, out.stderr[-3000:]
     assert "(--stall-timeout 5) while the processes lived" in out.stderr
+    # the summary: attempt 1 trained from step 0, attempt 2 resumed from the checkpoints
+    # (worker:1's at step 40: it hung at 50 before saving it)
+    assert re.search(r"goodput \d+%: ", out.stderr), out.stderr[-3000:]
+    assert re.search(r"attempt 1: \S+-\S+ FAILED \(retryable\): steps 0-79, lost ", out.stderr)
+    assert re.search(r"attempt 2: \S+-\S+ SUCCEEDED: steps 40-79", out.stderr), out.stderr
     assert job_processes(out.stdout.strip()) == []
 
 
@@ -232,3 +237,30 @@ def test_yarn_words_captured_on_the_three_node_sandbox_are_classified():
     assert policy.cause_of(preempted) == policy.RETRYABLE
     assert "was preempted by YARN [YARN: Container preempted by scheduler]" in \
         policy.describe_exit(Task("worker", 0), preempted)
+
+
+def test_goodput_counts_the_work_a_restart_did_again_as_lost():
+    """Attempt 1 trains steps 0-50 (t 100-150) and fails at 170; attempt 2 resumes from
+    its checkpoint at step 40 (reached at t 140 before) and ends at 200: attempt 1 lost
+    170 - 140 = 30 s; useful: 40 s of attempt 1 and 19 s of attempt 2, of 100 s."""
+    from tfyarn.core.records import StepReport
+
+    first, second = policy.StepLog(), policy.StepLog()
+    for t, step in ((100.0, 0), (140.0, 40), (150.0, 50)):
+        first.observe({Task("worker", 0): StepReport(step, t, 1.0, {}, 0, 100.0)})
+    for t, step in ((180.0, 40), (199.0, 79)):
+        second.observe({Task("worker", 0): StepReport(step, t, 2.0, {}, 40, 180.0)})
+    failed = Outcome("FAILED", "stalled", "worker:0", cause=policy.RETRYABLE)
+    spans = [(policy.attempt_time(0, 95.0, 170.0, failed, first), first),
+             (policy.attempt_time(1, 172.0, 200.0, Outcome("SUCCEEDED", "ok"), second), second)]
+    g = policy.goodput(spans, 105.0)
+    assert [(a.first_step, a.last_step, a.lost_s) for a in g.attempts] == [(0, 50, 30.0),
+                                                                           (40, 79, 0.0)]
+    assert g.useful_s == 59.0 and round(g.ratio, 3) == round(59 / 105, 3)
+    lines = policy.goodput_lines(g)
+    assert lines[0] == "goodput 56%: 59.0 s of useful training in 1m45s"
+    assert "FAILED (retryable): steps 0-50, lost 30.0 s; steps/s worker:0 1.0/s" in lines[1]
+    # a job whose tasks never reported: no ratio, and nothing said unless it restarted
+    quiet = policy.goodput([(policy.attempt_time(0, 0.0, 9.0, failed, policy.StepLog()),
+                             policy.StepLog())], 9.0)
+    assert quiet.useful_s is None and policy.goodput_lines(quiet) == []

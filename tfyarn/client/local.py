@@ -47,7 +47,7 @@ from tfyarn.client.localprocs import (
 )
 from tfyarn.core.errors import EXIT_TFYARN, JobFailed
 from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.policy import elapsed_words, plural
+from tfyarn.core.policy import elapsed_words, goodput_lines, plural
 from tfyarn.core.records import Outcome
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
@@ -210,6 +210,8 @@ class LocalJob:
         else:
             jd.remove()
         say(f"job {self.job_id} SUCCEEDED in {took}: {outcome.message}")
+        for line in goodput_lines(outcome.goodput) if outcome.goodput else []:
+            say(f"  {line}")
         if model:
             say(f"model (TFYARN_MODEL_DIR): {model}")
         return outcome

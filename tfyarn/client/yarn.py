@@ -635,7 +635,8 @@ def live_tasks(store: kvmod.KV) -> list[str]:
     indent = "  " if earlier else ""
     for s in states:
         detail = "" if s.state is taskstate.State.SUCCEEDED else s.detail()
-        out.append(f"{indent}{str(s.task):<12} {s.addr or '-':<30} {s.state.value}"
+        step = f" {s.progress()}" if s.progress() else ""
+        out.append(f"{indent}{str(s.task):<12} {s.addr or '-':<30} {s.state.value}{step}"
                    + (f" ({detail})" if detail else ""))
     return out
 

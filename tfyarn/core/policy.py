@@ -1,19 +1,21 @@
 """The job's pure decisions, shared by both backends: outcome, liveness, exit codes, messages.
 
 Owns: how task ends combine into the job's outcome, when a silent launcher counts as
-lost, which exit code each ending gets, and how a failure is worded (stderr excerpt,
-signal names, task table). Must not do I/O or read clocks: callers pass `now`.
+lost, which exit code each ending gets, how a failure is worded (stderr excerpt,
+signal names, task table), and what failures cost (goodput, from reported steps).
+Must not do I/O or read clocks: callers pass `now`.
 """
 
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tfyarn.core.errors import SIGNAL_BASE
-from tfyarn.core.records import Attempt, Outcome, TaskEnd
+from tfyarn.core.records import Attempt, AttemptTime, Goodput, Outcome, StepReport, TaskEnd
 from tfyarn.core.tfconfig import Task, natural_name
 
 if TYPE_CHECKING:
@@ -452,6 +454,107 @@ def stall_outcome(stalled: Mapping[Task, tuple[int, float]], timeout_s: float) -
                    str(tasks[0]), cause=RETRYABLE)
 
 
+# ---------------------------------------------------------------- goodput
+
+STEP_SAMPLES = 4096  # an attempt's step samples kept (halved when full: a week-long job)
+
+
+@dataclass
+class StepLog:
+    """An attempt's training steps over time, on the tasks' clocks: when its highest
+    reported step moved (samples, from the first step any task reported), each task's
+    first reported step (where it resumed from) and its last rate."""
+
+    samples: list[tuple[float, int]] = field(default_factory=list)
+    firsts: dict[str, tuple[int, float]] = field(default_factory=dict)  # step, time
+    rates: dict[str, float] = field(default_factory=dict)
+
+    def observe(self, reports: Mapping[Task, StepReport]) -> None:
+        """The tasks' latest reports; times are the tasks' own (the reports')."""
+        if not reports:
+            return
+        for task, r in reports.items():
+            self.firsts.setdefault(str(task), (r.first, r.first_time))
+            self.rates[str(task)] = r.rate
+        if not self.samples:
+            self.samples.append(min(((at, step) for step, at in self.firsts.values())))
+        top = max(reports.values(), key=lambda r: r.step)
+        if top.step > self.samples[-1][1]:
+            self.samples.append((top.time, top.step))
+            if len(self.samples) > STEP_SAMPLES:
+                self.samples = [*self.samples[:-1:2], self.samples[-1]]
+
+    def reached(self, step: int) -> float | None:
+        """When the attempt first reached `step` (None: it never did)."""
+        return next((t for t, s in self.samples if s >= step), None)
+
+
+def attempt_time(attempt: int, start: float, end: float, outcome: Outcome,
+                 log: StepLog) -> AttemptTime:
+    """One attempt's timing (its lost time is known once the next one resumed)."""
+    if not log.samples:
+        return AttemptTime(attempt, start, end, outcome.state, outcome.cause)
+    first = min(step for step, _ in log.firsts.values())
+    (first_at, _), (last_at, last) = log.samples[0], log.samples[-1]
+    return AttemptTime(attempt, start, end, outcome.state, outcome.cause, first, last,
+                       first_at, last_at, 0.0, dict(log.rates))
+
+
+def goodput(spans: Sequence[tuple[AttemptTime, StepLog]], wall_s: float) -> Goodput:
+    """Each attempt's time lost, and the job's useful training time: an attempt that a
+    restart followed lost the time from the step the next one resumed from (its tasks'
+    lowest first step) to its end; what it did before that was useful. None when no
+    task reported steps."""
+    times: list[AttemptTime] = []
+    useful, reported = 0.0, False
+    for i, (t, log) in enumerate(spans):
+        if t.first_at is None:
+            times.append(t)
+            continue
+        reported = True
+        nxt = spans[i + 1][0] if i + 1 < len(spans) else None
+        if nxt is None:
+            useful += (t.last_at or t.first_at) - t.first_at
+            times.append(t)
+            continue
+        resumed = nxt.first_step if nxt.first_step is not None else 0
+        reached = log.reached(resumed)
+        if reached is None:  # resumed past what was seen: only its idle tail was lost
+            reached = t.last_at or t.first_at
+        lost = max(0.0, t.end - reached)
+        useful += max(0.0, t.end - t.first_at - lost)
+        times.append(replace(t, lost_s=round(lost, 3)))
+    return Goodput(round(wall_s, 3), round(useful, 3) if reported else None, tuple(times))
+
+
+def goodput_lines(g: Goodput) -> list[str]:
+    """The goodput summary: the ratio, then one line per attempt (times are the driver's
+    wall clock, shown in the reader's local time). Nothing for a job that neither
+    reported steps nor restarted: it reads as before."""
+    if g.ratio is None and len(g.attempts) < 2:
+        return []
+    if g.ratio is None:
+        head = "goodput: unknown (no task reported steps: call tfyarn.progress(step))"
+    else:
+        head = (f"goodput {g.ratio:.0%}: {elapsed_words(g.useful_s or 0.0)} of useful "
+                f"training in {elapsed_words(g.wall_s)}")
+    lines = [head]
+    for a in g.attempts:
+        how = f"{a.state} ({a.cause})" if a.cause else a.state
+        steps = (f"steps {a.first_step}-{a.last_step}" if a.first_step is not None
+                 else "no steps reported")
+        lost = f", lost {elapsed_words(a.lost_s)}" if a.lost_s else ""
+        rates = ", ".join(f"{t} {r:.1f}/s" for t, r in sorted(
+            a.rates.items(), key=lambda item: natural_name(item[0])))
+        lines.append(f"attempt {a.attempt + 1}: {_clock(a.start)}-{_clock(a.end)} {how}: "
+                     f"{steps}{lost}" + (f"; steps/s {rates}" if rates else ""))
+    return lines
+
+
+def _clock(t: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(t))
+
+
 def lost_record(silent_s: float, wall_time: float) -> TaskEnd:
     why = (f"no heartbeat for {silent_s:.0f} s: its container or process died, froze or lost "
            "the network")
@@ -475,15 +578,17 @@ def elapsed_words(seconds: float) -> str:
 
 
 def attempt_tables(outcome: Outcome) -> list[str]:
-    """The task table; after restarts, one per attempt, each headed by how it ended."""
+    """The task table; after restarts, one per attempt, each headed by how it ended;
+    then the goodput summary (the final status's)."""
+    more = goodput_lines(outcome.goodput) if outcome.goodput is not None else []
     if not outcome.attempts:
-        return format_tasks(outcome.tasks)
+        return format_tasks(outcome.tasks) + more
     lines = []
     for a in outcome.attempts:
         lines.append(a.words())
         lines += [f"  {line}" for line in format_tasks(a.tasks)]
     lines.append(f"attempt {outcome.attempt + 1}: {outcome.state}")
-    return lines + [f"  {line}" for line in format_tasks(outcome.tasks)]
+    return lines + [f"  {line}" for line in format_tasks(outcome.tasks)] + more
 
 
 def format_tasks(tasks: Mapping[str, TaskEnd]) -> list[str]:

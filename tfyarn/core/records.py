@@ -142,12 +142,15 @@ NEVER_REPORTED = TaskEnd(None, "never reported")
 @dataclass(frozen=True)
 class StepReport(Record):
     """`steps/<t>`: the task's last reported training step (`tfyarn.progress`), when
-    (its host's clock), steps/s since its previous report, and its numbers (loss, ...)."""
+    (its host's clock), steps/s since its previous report, its numbers (loss, ...), and
+    the first step its process reported, when."""
 
     step: int
     time: float
     rate: float = 0.0
     metrics: Mapping[str, float] = field(default_factory=dict)
+    first: int = 0  # the process's first reported step (where it resumed from)
+    first_time: float = 0.0  # and when
 
 
 @dataclass(frozen=True)
@@ -241,11 +244,50 @@ class Wanted(Record):
 
 
 @dataclass(frozen=True)
+class AttemptTime(Record):
+    """One attempt as the driver timed it (wall clock, the driver's): when its gang was
+    asked for and when it ended, how, the steps its tasks reported (`tfyarn.progress`:
+    the first and highest seen, and when), each task's steps/s at the end, and the time
+    it lost: from its failure back to when it had reached the step the next attempt
+    resumed from (work done again)."""
+
+    attempt: int
+    start: float
+    end: float
+    state: str
+    cause: str | None = None
+    first_step: int | None = None
+    last_step: int | None = None
+    first_at: float | None = None
+    last_at: float | None = None
+    lost_s: float = 0.0
+    rates: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Goodput(Record):
+    """What failures cost a job: its wall time, the useful training time in it (the
+    time its tasks' steps moved, less what was done again after a restart; None when no
+    task reported steps), and each attempt's timing."""
+
+    wall_s: float
+    useful_s: float | None
+    attempts: tuple[AttemptTime, ...] = ()
+
+    @property
+    def ratio(self) -> float | None:
+        """Useful training time / wall time."""
+        if self.useful_s is None or self.wall_s <= 0:
+            return None
+        return min(1.0, self.useful_s / self.wall_s)
+
+
+@dataclass(frozen=True)
 class Outcome(Record):
     """How a job (or one attempt of it) ended and why (`status`, once final): `task`,
     `code`, `tail` name the task that decided it, `cause` whether that failure may be
     retried (None: no task failure decided it), `tasks` each task's end, `attempts` the
-    earlier attempts (restarts)."""
+    earlier attempts (restarts), `goodput` the attempts' timing (final status only)."""
 
     state: str
     message: str
@@ -256,6 +298,7 @@ class Outcome(Record):
     cause: str | None = None
     attempt: int = 0
     attempts: tuple[Attempt, ...] = ()
+    goodput: Goodput | None = None  # the final status's: each attempt timed
 
     def describe(self, job: str, state: str | None = None) -> list[str]:
         """`JOB STATE: message`, then the deciding task's stderr excerpt."""

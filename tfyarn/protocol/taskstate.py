@@ -46,6 +46,13 @@ class TaskState:
     state: State
     addr: str | None = None
     record: TaskEnd | None = None
+    steps: StepReport | None = None  # its last reported step (tfyarn.progress)
+
+    def progress(self) -> str:
+        """`step 1200 (35.2/s)`; empty when the task never reported."""
+        if self.steps is None:
+            return ""
+        return f"step {self.steps.step} ({self.steps.rate:.1f}/s)"
 
     @property
     def code(self) -> int | None:
@@ -74,11 +81,12 @@ class Snapshot:
     def state_of(self, task: Task) -> TaskState:
         addr = self.addrs.get(task)
         rec = self.exits.get(task) or self.lost.get(task)
+        steps = self.steps.get(task)
         if rec is None:
             state = (State.RUNNING if task in self.started else
                      State.REGISTERED if addr else State.WAITING)
-            return TaskState(task, state, addr)
-        return TaskState(task, _ended(rec), addr, rec)
+            return TaskState(task, state, addr, steps=steps)
+        return TaskState(task, _ended(rec), addr, rec, steps)
 
     def states(self, tasks: Iterable[Task] | None = None) -> list[TaskState]:
         """The given tasks (default: every task seen), in natural order."""

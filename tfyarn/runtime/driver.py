@@ -32,12 +32,15 @@ from tfyarn.core.policy import (
     Growth,
     Liveness,
     Stalls,
+    StepLog,
+    attempt_time,
     backoff_s,
     cause_of,
     decide,
     describe_exit,
     final_message,
     give_back,
+    goodput,
     grow_memory,
     lost_record,
     merge_records,
@@ -52,10 +55,12 @@ from tfyarn.core.policy import (
 from tfyarn.core.records import (
     NEVER_REPORTED,
     Attempt,
+    AttemptTime,
     Cluster,
     JobTasks,
     Outcome,
     RankTable,
+    StepReport,
     TaskEnd,
 )
 from tfyarn.core.say import say
@@ -141,6 +146,7 @@ class Referee:
     chief_done_said: bool = False
     liveness: Liveness = field(init=False)
     stalls: Stalls = field(init=False)
+    steps: StepLog = field(default_factory=StepLog)  # the attempt's (shared by its gangs)
     last_records: dict[Task, TaskEnd] = field(default_factory=dict)
     advertise_host: str = "127.0.0.1"
     rendezvous: RendezvousServer | None = None
@@ -243,6 +249,18 @@ class Referee:
         say(msg, "driver")
         self.job_store.put(kvmod.PHASE, msg)
 
+    def final_steps(self) -> dict[Task, StepReport]:
+        """The tasks' last step reports, read once the attempt ended."""
+        snap = Snapshot()
+        try:
+            found = self.store.scan("steps/")
+        except StoreGone as exc:  # goodput then counts what was seen before
+            say(f"could not read the tasks' last steps: {exc!r}", "driver")
+            return {}
+        for key, value in found.items():
+            taskstate.apply(snap, key, value)
+        return snap.steps
+
     def record_of(self, task: str | None) -> TaskEnd | None:
         """The deciding task's end, YARN's word first (a memory kill is YARN's)."""
         if task is None:
@@ -270,6 +288,7 @@ class Referee:
 
     def step(self, snap: Snapshot) -> Outcome | None:
         records = self.last_records = self.records(snap)
+        self.steps.observe(snap.steps)
         outcome = (self.external_stop() or decide(self.spec, records)
                    or self.deadline_passed(snap.addrs) or self.give_back()
                    or self.stalled(snap, records))
@@ -375,6 +394,8 @@ class Course:
     yielding: bool = False  # YARN preempted the last gang: another queue is owed room
     memory: dict[str, int] = field(default_factory=dict)  # MB by role (--memory-growth)
     growth: Growth | None = None  # the last attempt's memory kill, answered
+    began: float = field(default_factory=time.time)  # the job's start, wall clock
+    spans: list[tuple[AttemptTime, StepLog]] = field(default_factory=list)  # timed attempts
 
     def __post_init__(self) -> None:
         self.memory = {r.name: r.resources.memory_mb for r in self.spec.roles}
@@ -384,17 +405,21 @@ def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEn
     """One attempt: its gang, and on YARN a new gang each time one is given back before
     it ran (no restart spent), until one runs to an outcome; the attempt's outcome and
     task table."""
-    start, given_back = time.monotonic(), 0
+    start, given_back, began, steps = time.monotonic(), 0, time.time(), StepLog()
     while True:
         course.gang.start(course.gang_no, attempt, course.earlier, course.memory)
         referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
                           course.gang, course.gang_no, course.clock, start,
-                          advertise_host=course.advertise_host, given_back=given_back)
+                          advertise_host=course.advertise_host, given_back=given_back,
+                          steps=steps)
         if course.gang.tells_ends:
             referee.patience = course.contention.patience()
         outcome, tasks = run_gang(course, referee, attempt)
         if not regroups(outcome, referee.ends().get(Task.parse(outcome.task))
                         if outcome.task else None, referee.published):
+            steps.observe(referee.final_steps())  # what the launchers put as they ended
+            course.spans.append((attempt_time(attempt, began, time.time(), outcome, steps),
+                                 steps))
             return outcome, tasks
         given_back += 1
         outcome = wait_to_ask_again(course, referee, outcome, attempt, given_back)
@@ -515,7 +540,8 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
             break
     earlier = course.earlier
     final = replace(outcome, message=final_message(spec, outcome, earlier), tasks=tasks,
-                    attempts=tuple(earlier))
+                    attempts=tuple(earlier),
+                    goodput=goodput(course.spans, time.time() - course.began))
     store.expect([kvmod.ACK])  # before the status: a watching client acknowledges at once
     store.put(kvmod.STATUS, final.to_json())
     if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go

@@ -23,7 +23,7 @@ from typing import Any
 
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.policy import elapsed_words
+from tfyarn.core.policy import elapsed_words, goodput_lines
 from tfyarn.core.records import Outcome, TensorBoard
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import PAGE_REFRESH_S
@@ -44,6 +44,7 @@ class TaskRow:
     state: str  # a taskstate.State's words
     detail: str  # exit code and reason
     log: str | None  # link to the task's log
+    step: str = ""  # `step 1200 (35.2/s)`: its last tfyarn.progress report
 
 
 @dataclass(frozen=True)
@@ -64,14 +65,15 @@ class View:
     earlier: tuple[str, ...] = ()
     tensorboard: str | None = None
     refresh: bool = True
+    goodput: tuple[str, ...] = ()  # the final status's goodput summary
 
 
 def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
               logs: Callable[[Task], str | None]) -> View:
     """The page's data from the store: the current attempt's tasks, or the final status."""
     attempt, earlier, states = taskstate.current(store, spec.tasks())
-    rows = tuple(TaskRow(str(s.task), s.addr or "-", s.state.value, s.detail(), logs(s.task))
-                 for s in states)
+    rows = tuple(TaskRow(str(s.task), s.addr or "-", s.state.value, s.detail(), logs(s.task),
+                         s.progress()) for s in states)
     raw_status, tb = store.get(kvmod.STATUS), store.get(kvmod.TENSORBOARD)
     tensorboard = TensorBoard.from_json(tb, kvmod.TENSORBOARD).url if tb else None
     said = tuple(a.words() for a in earlier)
@@ -84,7 +86,8 @@ def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
         return View(state="RUNNING", message=phase, **common)
     out = Outcome.from_json(raw_status, kvmod.STATUS)
     return View(state=out.state, message=out.message, failing=out.task, tail=out.tail,
-                refresh=False, **common)
+                refresh=False, goodput=tuple(goodput_lines(out.goodput) if out.goodput else ()),
+                **common)
 
 
 def render(v: View) -> str:
@@ -94,6 +97,7 @@ def render(v: View) -> str:
     rows = "".join(
         f'<tr class="task"><td>{e(r.task)}</td><td>{e(r.addr)}</td>'
         f'<td class="{e(r.state.replace(" ", "-"))}">{e(r.state)}</td><td>{e(r.detail)}</td>'
+        f"<td>{e(r.step)}</td>"
         f"<td>{v.attempt + 1}</td>"
         f'<td>{f"<a href={_q(r.log)}>log</a>" if r.log else "-"}</td></tr>'
         for r in v.rows)
@@ -110,7 +114,11 @@ def render(v: View) -> str:
         parts.append(f'<p>TensorBoard: <a id="tensorboard" href={_q(v.tensorboard)}>'
                      f"{e(v.tensorboard)}</a></p>")
     parts.append("<table id=tasks><tr><th>task</th><th>host:port</th><th>state</th>"
-                 f"<th>exit / reason</th><th>attempt</th><th>log</th></tr>{rows}</table>")
+                 "<th>exit / reason</th><th>progress</th><th>attempt</th><th>log</th></tr>"
+                 f"{rows}</table>")
+    if v.goodput:
+        parts.append("<h2>goodput</h2><ul id=goodput>"
+                     + "".join(f"<li>{e(x)}</li>" for x in v.goodput) + "</ul>")
     if v.tail:
         parts.append(f"<h2>last stderr lines of {e(v.failing or '')}</h2>"
                      f"<pre id=tail>{e(chr(10).join(v.tail))}</pre>")

@@ -141,26 +141,30 @@ def _daemon(target: Callable[[], object]) -> threading.Thread:
 
 
 def heartbeat(store: kvmod.KV, tasks: Sequence[Task], flag: StopFlag,
-              done: threading.Event, interval: float) -> None:
+              done: threading.Event, interval: float,
+              reports: dict[Task, StepReport]) -> None:
     """Bump each task's beat every `interval` until `done`; the driver counts a task
     whose beat stops moving as lost. A step the task reported since (`tfyarn.progress`)
     goes with it."""
     n = 0
-    reports: dict[Task, StepReport] = {}
-    workdir = os.getcwd()
     while not done.is_set():
         n += 1
         try:
             for task in tasks:
                 store.beat(kvmod.beat_key(task), n)
-                new = steps.read(steps.path_for(workdir, str(task)), reports.get(task))
-                if new is not None:
-                    reports[task] = new
-                    store.put(kvmod.steps_key(task), new.to_json())
+                forward_steps(store, task, reports)
         except (StoreGone, OSError) as exc:
             flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
             return
         done.wait(interval)
+
+
+def forward_steps(store: kvmod.KV, task: Task, reports: dict[Task, StepReport]) -> None:
+    """A step the task reported since the last call (`tfyarn.progress`), to the store."""
+    new = steps.read(steps.path_for(os.getcwd(), str(task)), reports.get(task))
+    if new is not None:
+        reports[task] = new
+        store.put(kvmod.steps_key(task), new.to_json())
 
 
 def watch_stop(store: kvmod.KV, flag: StopFlag, done: threading.Event,
@@ -304,6 +308,7 @@ class Launcher:
     reported: set[Task] = field(default_factory=set)
     cluster_seen: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)  # the launcher ends
+    reports: dict[Task, StepReport] = field(default_factory=dict)  # steps forwarded
 
     def run(self) -> None:
         """Register every task, wait for the cluster, run and supervise the processes."""
@@ -453,6 +458,8 @@ class Launcher:
     def ended(self, slot: Slot, code: int) -> None:
         for pump in slot.pumps:
             pump.join(timeout=2.0)
+        with contextlib.suppress(StoreGone, OSError):  # its last steps, before its exit
+            forward_steps(self.store, slot.task, self.reports)
         tail = list(stderr_excerpt(list(slot.pumps[1].tail))) if slot.pumps else []
         record = TaskEnd(code, self.flag.reason or "", stopped=self.flag.reason is not None,
                          tail=tuple(tail), result=_result(slot.result_file))
@@ -510,7 +517,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     done = launcher.done
     try:
         interval = heartbeat_s(args.job.heartbeat_timeout_s)
-        _daemon(lambda: heartbeat(store, args.tasks, flag, done, interval))
+        _daemon(lambda: heartbeat(store, args.tasks, flag, done, interval, launcher.reports))
         _daemon(lambda: watch_stop(store, flag, done, launcher.cluster_seen))
         launcher.run()
     except Exception as exc:  # the launcher's last resort, never silent: whatever broke is

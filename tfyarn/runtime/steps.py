@@ -34,13 +34,16 @@ class _Reporter:
     """The task's end: the file, mapped (a report is a memory write, no system call)."""
 
     map: mmap.mmap
+    first: str = ""  # this process's first step and its time: where it resumed from
 
     def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+        now = f"{int(step)}\t{time.time():.3f}"
+        self.first = self.first or now
         numbers = json.dumps({k: float(v) for k, v in metrics.items() if _number(v)}) \
             if metrics else "{}"
-        line = f"{int(step)}\t{time.time():.3f}\t{numbers}".encode()
+        line = f"{now}\t{self.first}\t{numbers}".encode()
         if len(line) >= RECORD_BYTES:
-            line = f"{int(step)}\t{time.time():.3f}\t{{}}".encode()
+            line = f"{now}\t{self.first}\t{{}}".encode()
         self.map[:] = line.ljust(RECORD_BYTES - 1) + b"\n"
 
 
@@ -115,15 +118,19 @@ def read(path: str, before: StepReport | None) -> StepReport | None:
     except OSError:
         return None
     parts = raw.split("\t")
-    if len(parts) != 3:
+    if len(parts) != 5:
         return None  # never written, or caught mid-write: the next beat reads it
     try:
-        step, at, metrics = int(parts[0]), float(parts[1]), json.loads(parts[2])
+        step, at, first, first_at = int(parts[0]), float(parts[1]), int(parts[2]), \
+            float(parts[3])
+        metrics = json.loads(parts[4])
     except ValueError:
         return None
     if before is not None and (step, at) == (before.step, before.time):
         return None
-    rate = before.rate if before is not None else 0.0
-    if before is not None and at > before.time and step >= before.step:
-        rate = (step - before.step) / (at - before.time)
-    return StepReport(step, at, round(rate, 3), {k: float(v) for k, v in metrics.items()})
+    since = before if before is not None and before.time >= first_at else None
+    step0, at0 = (since.step, since.time) if since else (first, first_at)
+    rate = (step - step0) / (at - at0) if at > at0 and step >= step0 else \
+        (before.rate if before is not None else 0.0)
+    return StepReport(step, at, round(rate, 3), {k: float(v) for k, v in metrics.items()},
+                      first, first_at)
