@@ -308,7 +308,8 @@ def grow_memory(spec: JobSpec, outcome: Outcome, rec: TaskEnd | None,
     if not larger:
         ceiling = spec.yarn.max_memory_mb
         why = (f"the queue's largest container is {ceiling} MB" if ceiling
-               else "the ResourceManager did not say the queue's largest container")
+               else "no queue limit is known to grow under: memory grows on YARN only, "
+                    "where the ResourceManager says the queue's largest container")
         return replace(outcome, message=f"{outcome.message} (--memory-growth {spec.memory_growth:g}"
                        f" grew it as far as it could: {sizes.get(role, ladder[0])} MB; {why})"
                        ), None
