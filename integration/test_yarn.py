@@ -561,9 +561,9 @@ def test_a_stalled_worker_is_restarted_by_stall_timeout_and_succeeds(el_submit, 
     # the goodput table: attempt 1 trained from step 0 and lost what attempt 2 did again
     # (from its checkpoint at step 40); attempt 2 resumed there
     assert re.search(r"goodput \d+%: ", out.stderr), out.stderr[-3000:]
-    assert re.search(r"attempt 1: \S+-\S+ FAILED \(retryable\): steps 0-79, lost [\d.]+ s; "
+    assert re.search(r" 1\. \S+-\S+ FAILED \(retryable\): steps 0-79, lost [\d.]+ s; "
                      r"steps/s worker:0 [\d.]+/s, worker:1 [\d.]+/s", out.stderr), out.stderr
-    assert re.search(r"attempt 2: \S+-\S+ SUCCEEDED: steps 40-79", out.stderr), out.stderr
+    assert re.search(r" 2\. \S+-\S+ SUCCEEDED: steps 40-79", out.stderr), out.stderr
 
 
 def test_status_lists_attempts_while_restarted_gang_runs(tmp_path, apps):

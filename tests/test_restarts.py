@@ -50,8 +50,8 @@ def test_a_stalled_worker_is_restarted_by_stall_timeout_and_resumes(el_submit):
     # the summary: attempt 1 trained from step 0, attempt 2 resumed from the checkpoints
     # (worker:1's at step 40: it hung at 50 before saving it)
     assert re.search(r"goodput \d+%: ", out.stderr), out.stderr[-3000:]
-    assert re.search(r"attempt 1: \S+-\S+ FAILED \(retryable\): steps 0-79, lost ", out.stderr)
-    assert re.search(r"attempt 2: \S+-\S+ SUCCEEDED: steps 40-79", out.stderr), out.stderr
+    assert re.search(r" 1\. \S+-\S+ FAILED \(retryable\): steps 0-79, lost ", out.stderr)
+    assert re.search(r" 2\. \S+-\S+ SUCCEEDED: steps 40-79", out.stderr), out.stderr
     assert job_processes(out.stdout.strip()) == []
 
 
@@ -258,9 +258,9 @@ def test_goodput_counts_the_work_a_restart_did_again_as_lost():
                                                                            (40, 79, 0.0)]
     assert g.useful_s == 59.0 and round(g.ratio, 3) == round(59 / 105, 3)
     lines = policy.goodput_lines(g)
-    assert lines[0] == "goodput 56%: 59.0 s of useful training in 1m45s"
+    assert lines[0] == "goodput 56%: 59.0 s of useful training in 1m45s, by attempt:"
     assert "FAILED (retryable): steps 0-50, lost 30.0 s; steps/s worker:0 1.0/s" in lines[1]
-    # a job whose tasks never reported: no ratio, and nothing said unless it restarted
+    # a job whose tasks never reported: no ratio, and nothing said
     quiet = policy.goodput([(policy.attempt_time(0, 0.0, 9.0, failed, policy.StepLog()),
                              policy.StepLog())], 9.0)
     assert quiet.useful_s is None and policy.goodput_lines(quiet) == []

@@ -529,17 +529,13 @@ def goodput(spans: Sequence[tuple[AttemptTime, StepLog]], wall_s: float) -> Good
 
 
 def goodput_lines(g: Goodput) -> list[str]:
-    """The goodput summary: the ratio, then one line per attempt (times are the driver's
-    wall clock, shown in the reader's local time). Nothing for a job that neither
-    reported steps nor restarted: it reads as before."""
-    if g.ratio is None and len(g.attempts) < 2:
-        return []
+    """The goodput summary: the ratio, then one line per attempt, numbered (the task
+    tables head theirs `attempt N:`); times are the driver's wall clock, in the reader's
+    local time. Nothing for a job whose tasks never reported steps: it reads as before."""
     if g.ratio is None:
-        head = "goodput: unknown (no task reported steps: call tfyarn.progress(step))"
-    else:
-        head = (f"goodput {g.ratio:.0%}: {elapsed_words(g.useful_s or 0.0)} of useful "
-                f"training in {elapsed_words(g.wall_s)}")
-    lines = [head]
+        return []
+    lines = [f"goodput {g.ratio:.0%}: {elapsed_words(g.useful_s or 0.0)} of useful training "
+             f"in {elapsed_words(g.wall_s)}, by attempt:"]
     for a in g.attempts:
         how = f"{a.state} ({a.cause})" if a.cause else a.state
         steps = (f"steps {a.first_step}-{a.last_step}" if a.first_step is not None
@@ -547,7 +543,7 @@ def goodput_lines(g: Goodput) -> list[str]:
         lost = f", lost {elapsed_words(a.lost_s)}" if a.lost_s else ""
         rates = ", ".join(f"{t} {r:.1f}/s" for t, r in sorted(
             a.rates.items(), key=lambda item: natural_name(item[0])))
-        lines.append(f"attempt {a.attempt + 1}: {_clock(a.start)}-{_clock(a.end)} {how}: "
+        lines.append(f"  {a.attempt + 1}. {_clock(a.start)}-{_clock(a.end)} {how}: "
                      f"{steps}{lost}" + (f"; steps/s {rates}" if rates else ""))
     return lines
 
