@@ -529,7 +529,7 @@ def test_memory_growth_restarts_a_memory_killed_worker_larger_and_it_succeeds(el
            "a = os.environ['TFYARN_ATTEMPT']; m = os.environ.get('TFYARN_MEMORY_MB'); "
            "print('attempt', a, 'memory', m, flush=True); "
            "assert a == '0' or m == '1024', m; "
-           "b = b'x' * (700 << 20) if i == '1' else b''; time.sleep(12)")
+           "b = b'x' * (700 << 20) if i == '1' else b''; time.sleep(8)")
     out, app_id = el_submit("-t", "tensorflow-worker", "-wn", "2", "-wm", "512",
                             "--max-restarts", "2", "--memory-growth", "2", "-c", py(hog),
                             timeout=600)
@@ -712,11 +712,11 @@ def test_logs_follow_a_running_app(el_submit):
 
 # ---------------------------------------------------------------- soak (#16)
 
-SOAK_JOBS = 32
+SOAK_JOBS = 24
 
 
 def test_a_soak_of_short_jobs_has_no_failure(apps, tmp_path):
-    """32 short two-task jobs, four at a time: the random SIGABRT / TLS corruption of
+    """24 short two-task jobs, four at a time: the random SIGABRT / TLS corruption of
     starting tasks under live gRPC channels killed about one job in six. The defect was
     in the containers (launchers starting tasks); the jobs are submitted through a warm
     skein driver, so 50 client JVMs do not take the 2 cores the containers need."""
