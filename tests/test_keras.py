@@ -67,3 +67,36 @@ def test_horovod_on_keras_3_fails_saying_what_to_install_and_set(el_submit, tmp_
     advised = el_submit("-t", "tensorflow-mpi", "-wn", "1", *LEGACY, "-f", "tape.py", "--local",
                         "-c", "python tape.py", timeout=300)
     assert advised.returncode == 0 and "TAPE OK" in advised.stderr, advised.stderr[-3000:]
+
+
+FIT = """
+import os
+import numpy as np, tfyarn
+from tfyarn.runtime import steps
+keras = __import__("tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") else "keras")
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+x = np.random.rand(64, 3).astype("float32")
+model.fit(x, x.sum(1), batch_size=16, epochs=2, verbose=0,
+          callbacks=[tfyarn.progress_callback()])
+r = steps.read(os.environ[steps.ENV], None)
+print("REPORT", r.step, sorted(r.metrics))
+"""
+
+
+def test_the_keras_callback_reports_every_batch_in_both_kerases(tmp_path):
+    """`tfyarn.progress_callback()` in `model.fit`, Keras 3 and Keras 2 (tf-keras):
+    2 epochs of 4 batches are step 8, with the loss."""
+    import os
+    import subprocess
+    import sys
+
+    for legacy in ("", "1"):
+        env = {**os.environ, "TFYARN_STEPS_FILE": str(tmp_path / f"steps{legacy}")}
+        env.pop("TF_USE_LEGACY_KERAS", None)
+        if legacy:
+            env["TF_USE_LEGACY_KERAS"] = legacy
+        out = subprocess.run([sys.executable, "-c", FIT], capture_output=True, text=True,
+                             timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "REPORT 8 ['loss']" in out.stdout, (legacy, out.stdout, out.stderr[-2000:])

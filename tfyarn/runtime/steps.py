@@ -83,11 +83,12 @@ def _number(v: Any) -> bool:
 def keras_callback() -> Any:
     """A Keras callback reporting each batch's end (steps counted across epochs) and its
     loss: `model.fit(..., callbacks=[tfyarn.progress_callback()])`. Built on first use
-    from the Keras the task imported (tf.keras or tf_keras)."""
-    try:
-        import tf_keras as keras  # Keras 2, where installed (TF_USE_LEGACY_KERAS=1)
-    except ImportError:
-        from tensorflow import keras
+    from the Keras `tf.keras` means here: Keras 2 (tf_keras) with TF_USE_LEGACY_KERAS=1,
+    else Keras 3."""
+    if os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes"):
+        import tf_keras as keras
+    else:
+        import keras
 
     class ProgressCallback(keras.callbacks.Callback):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
