@@ -149,11 +149,16 @@ def _yarn_job(tmp_path, **kw):
     thread = threading.Thread(target=lambda: result.update(
         out=run(spec, store, gang=SkeinGang(store, App(app), spec))))
     thread.start()
-    gang = kvmod.Scoped(store, 0)
-    for t in spec.tasks():
-        gang.put(kvmod.addr_key(t), f"127.0.0.1:{1000 + t.index}")
-    assert gang.wait(kvmod.CLUSTER, timeout=5)
+    assert _register(kvmod.Scoped(store, 0), spec, 1000, timeout=5)
     return spec, store, app, thread, result
+
+
+def _register(gang, spec, port, timeout=30):
+    """Every task of `spec` registers in `gang` (ports from `port` on); the cluster spec
+    the driver then publishes (None if it did not in `timeout` seconds)."""
+    for t in spec.tasks():
+        gang.put(kvmod.addr_key(t), f"127.0.0.1:{port + t.index}")
+    return gang.wait(kvmod.CLUSTER, timeout=timeout)
 
 
 def test_yarn_memory_kill_is_told_and_never_retried(tmp_path):
@@ -195,9 +200,7 @@ def test_memory_growth_restarts_the_role_larger_until_it_fits(tmp_path, capsys):
         tmp_path, memory_growth=2.0, yarn=YarnOptions(max_memory_mb=4096))
     _memory_kill(store, app, 0, "worker-1_0")
     new = kvmod.Scoped(store, 1)
-    for t in spec.tasks():
-        new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
-    assert new.wait(kvmod.CLUSTER, timeout=30)
+    assert _register(new, spec, 2000)
     told = {"TFYARN_ATTEMPT": "1", "TFYARN_GANG": "1", "TFYARN_MEMORY_MB": "2048"}
     assert app.added == [("worker-0-mem2048_0", told), ("worker-1-mem2048_0", told)]
     for t in spec.tasks():
@@ -220,9 +223,7 @@ def test_memory_growth_stops_at_the_queue_limit_naming_the_largest_size(tmp_path
         tmp_path, memory_growth=2.0, yarn=YarnOptions(max_memory_mb=1536))
     _memory_kill(store, app, 0, "worker-1_0")
     new = kvmod.Scoped(store, 1)
-    for t in spec.tasks():
-        new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
-    assert new.wait(kvmod.CLUSTER, timeout=30)
+    assert _register(new, spec, 2000)
     _memory_kill(store, app, 1, "worker-1-mem1536_0")
     thread.join(timeout=30)
     out = result["out"]
@@ -245,9 +246,7 @@ def test_yarn_preemption_restarts_the_gang_with_new_containers(tmp_path, capsys)
     gang.put(kvmod.exit_key(Task("worker", 1)), ex(-15, stopped=True).to_json())
     # the driver asks skein for a new container per tfyarn container, told its attempt
     new = kvmod.Scoped(store, 1)
-    for t in spec.tasks():
-        new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
-    assert Cluster.from_json(new.wait(kvmod.CLUSTER, timeout=30)).roles == {
+    assert Cluster.from_json(_register(new, spec, 2000)).roles == {
         "worker": ("127.0.0.1:2000", "127.0.0.1:2001")}
     told = {"TFYARN_ATTEMPT": "1", "TFYARN_GANG": "1", "TFYARN_MEMORY_MB": "1024"}
     assert [(c, e) for c, e in app.added] == [("worker-0_1", told), ("worker-1_1", told)]
@@ -363,9 +362,7 @@ def test_yarn_a_settled_failure_asks_for_the_next_gang_before_stopping_the_old(t
     assert kvmod.wanted(store).attempt == 0  # not announced until the old gang stopped
     gang.put(kvmod.exit_key(Task("worker", 0)), ex(-15, stopped=True).to_json())
     new = kvmod.Scoped(store, 1)
-    for t in spec.tasks():
-        new.put(kvmod.addr_key(t), f"127.0.0.1:{2000 + t.index}")
-    assert new.wait(kvmod.CLUSTER, timeout=30)
+    assert _register(new, spec, 2000)
     assert len(app.added) == 2  # asked for once
     for t in spec.tasks():
         new.put(kvmod.exit_key(t), ex(0).to_json())

@@ -111,7 +111,6 @@ class RestClient:
         return list(((found or {}).get("apps") or {}).get("app") or [])
 
 
-
 def max_allocation_mb(scheduler: Mapping[str, Any], queue: str) -> int | None:
     """A queue's `maximumAllocation` memory in a `/ws/v1/cluster/scheduler` answer,
     found by its name or path (`default`, `root.default`)."""
@@ -120,8 +119,7 @@ def max_allocation_mb(scheduler: Mapping[str, Any], queue: str) -> int | None:
     while stack:
         q = stack.pop()
         name = q.get("queueName") or ""
-        if name and (name == queue or queue.endswith(f".{name}") and
-                     queue.rsplit(".", 1)[-1] == name):
+        if name and name == queue.rsplit(".", 1)[-1]:
             mb = (q.get("maximumAllocation") or {}).get("memory")
             return int(mb) if isinstance(mb, int) and mb > 0 else None
         stack.extend(((q.get("queues") or {}).get("queue")) or [])

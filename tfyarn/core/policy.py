@@ -165,6 +165,11 @@ TAKEN_BACK = (PREEMPTED, LOST_NODE, DISKS)  # the cluster took it back: not the 
 MEMORY_KILLED = "container killed for exceeding its memory"
 
 
+def memory_flag_for(role: str) -> str:
+    """The flag that sizes `role`'s containers: -pm for ps, -wm for the rest."""
+    return "-pm" if role == "ps" else "-wm"
+
+
 def memory_phrase(flag: str, memory_mb: int) -> str:
     return f"{MEMORY_KILLED}: raise {flag} (now {memory_mb} MB)"
 
@@ -304,18 +309,18 @@ def grow_memory(spec: JobSpec, outcome: Outcome, rec: TaskEnd | None,
         return outcome, None
     role = spec.container_of(Task.parse(outcome.task)).role
     ladder = spec.memory_sizes(role)
-    larger = [mb for mb in ladder if mb > sizes.get(role, ladder[0])]
+    now = sizes.get(role, ladder[0])
+    larger = [mb for mb in ladder if mb > now]
     if not larger:
         ceiling = spec.yarn.max_memory_mb
         why = (f"the queue's largest container is {ceiling} MB" if ceiling
                else "no queue limit is known to grow under: memory grows on YARN only, "
                     "where the ResourceManager says the queue's largest container")
         return replace(outcome, message=f"{outcome.message} (--memory-growth {spec.memory_growth:g}"
-                       f" grew it as far as it could: {sizes.get(role, ladder[0])} MB; {why})"
+                       f" grew it as far as it could: {now} MB; {why})"
                        ), None
-    flag = "-pm" if role == "ps" else "-wm"
-    words = (f"{role} memory {sizes.get(role, ladder[0])} \u2192 {larger[0]} MB after "
-             f"{outcome.task} was killed for memory ({flag} x --memory-growth "
+    words = (f"{role} memory {now} \u2192 {larger[0]} MB after "
+             f"{outcome.task} was killed for memory ({memory_flag_for(role)} x --memory-growth "
              f"{spec.memory_growth:g})")
     return replace(outcome, cause=RETRYABLE), Growth(role, larger[0], words)
 

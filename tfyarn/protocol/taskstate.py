@@ -111,6 +111,14 @@ def read(store: kvmod.KV) -> Snapshot:
     return snap
 
 
+def read_steps(store: kvmod.KV) -> dict[Task, StepReport]:
+    """The tasks' last step reports (`steps/<t>`), in one scan of an attempt's store."""
+    snap = Snapshot()
+    for key, value in store.scan("steps/").items():
+        apply(snap, key, value)
+    return snap.steps
+
+
 def apply(snap: Snapshot, key: str, value: str) -> bool:
     """Put one task key (`exit/worker:1`, relative to the attempt) into `snap`; False if
     it is not one."""

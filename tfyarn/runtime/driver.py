@@ -251,15 +251,11 @@ class Referee:
 
     def final_steps(self) -> dict[Task, StepReport]:
         """The tasks' last step reports, read once the attempt ended."""
-        snap = Snapshot()
         try:
-            found = self.store.scan("steps/")
+            return taskstate.read_steps(self.store)
         except StoreGone as exc:  # goodput then counts what was seen before
             say(f"could not read the tasks' last steps: {exc!r}", "driver")
             return {}
-        for key, value in found.items():
-            taskstate.apply(snap, key, value)
-        return snap.steps
 
     def record_of(self, task: str | None) -> TaskEnd | None:
         """The deciding task's end, YARN's word first (a memory kill is YARN's)."""
@@ -342,8 +338,7 @@ class Tracker:
             self.beats_at = time.monotonic()
             for key, value in self.scoped.beats("beat/").items():
                 taskstate.apply(self.snap, key, value)
-            for key, value in self.scoped.scan("steps/").items():  # tfyarn.progress
-                taskstate.apply(self.snap, key, value)
+            self.snap.steps.update(taskstate.read_steps(self.scoped))  # tfyarn.progress
         return self.snap
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import Container, JobSpec
-from tfyarn.core.policy import GangWait, yarn_end
+from tfyarn.core.policy import GangWait, memory_flag_for, yarn_end
 from tfyarn.core.records import Attempt, TaskEnd, Wanted
 from tfyarn.core.say import say
 from tfyarn.core.tfconfig import Task
@@ -168,7 +168,7 @@ class SkeinGang(Gang):
 
     def _note_end(self, poll: _Poll, container: Container, c: Any, gang: int) -> None:
         """YARN's word on a container it ended, for each of its tasks."""
-        flag = "-pm" if container.tasks[0].type == "ps" else "-wm"
+        flag = memory_flag_for(container.tasks[0].type)
         node = (c.yarn_node_http_address or "").rsplit(":", 1)[0]
         mb = self.memory.get(gang, {}).get(container.role, container.resources.memory_mb)
         rec = yarn_end(c.exit_message or "", mb, flag, time.time(), node)

@@ -29,7 +29,14 @@ from dataclasses import dataclass, field, replace
 
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.policy import PERMANENT, memory_end, stderr_excerpt, token_end, token_expired
+from tfyarn.core.policy import (
+    PERMANENT,
+    memory_end,
+    memory_flag_for,
+    stderr_excerpt,
+    token_end,
+    token_expired,
+)
 from tfyarn.core.records import Cluster, RankTable, Started, StepReport, TaskEnd
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
@@ -468,8 +475,8 @@ class Launcher:
         if slot.container:  # the daemon's child, not ours: removed here, whatever ended it
             if code and docker.oom_killed(slot.container):
                 mb = self.args.memory_of(slot.task)
-                flag = "-pm" if slot.task.type == "ps" else "-wm"
-                record = memory_end(record, flag, mb, mb // len(self.args.tasks))
+                record = memory_end(record, memory_flag_for(slot.task.type), mb,
+                                    mb // len(self.args.tasks))
             tree.remove_containers(f"name=^{slot.container}$")
         self.publish(slot.task, slot.addr, slot.rank, record)
 

@@ -97,7 +97,7 @@ def keras_callback() -> Any:
 
         def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
             self.step += 1
-            progress(self.step, **{k: v for k, v in (logs or {}).items() if _number(v)})
+            progress(self.step, **(logs or {}))  # what is not a number is left out there
 
     return ProgressCallback()
 
