@@ -114,6 +114,10 @@ def test_submit_with_the_ticket_cache_then_status_logs_ls_kill():
     assert final_state(app_id) == "FINISHED/SUCCEEDED"
     status = tfyarn("status", app_id, "--tasks")
     assert status.returncode == 0 and "SUCCEEDED" in status.stdout, status.stderr
+    # the page its driver kept in HDFS (WebHDFS with the AM's delegation token: the AM
+    # has no Kerberos login), read back over SPNEGO
+    kept = status.stdout.split("tasks (its kept page", 1)[-1]
+    assert re.search(r"worker:1 +\S+ +exited 0", kept), status.stdout
     assert "hello from worker:1" in aggregated_logs(app_id, "worker:1")
     assert app_id in tfyarn("ls", "--all").stdout
     out, sleeper = submit("-t", "standalone", *SMALL, "--detach", "-c", "sleep 300")

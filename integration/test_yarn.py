@@ -545,7 +545,8 @@ def test_a_stalled_worker_is_restarted_by_stall_timeout_and_succeeds(el_submit, 
     """worker:1 deadlocks after step 50 in attempt 0: alive, heartbeating, no progress.
     --stall-timeout fails the attempt naming it and its last step, the gang restarts in
     the same application and resumes from its checkpoints (a dir every node of the
-    sandbox sees) to SUCCEEDED."""
+    sandbox sees) to SUCCEEDED. Its page, kept in HDFS at the end, opens from `tfyarn
+    history` in a browser, and `tfyarn status --tasks` prints its table."""
     from programs import STALLS  # tests/ (on the path: conftest), the local test's too
 
     (tmp_path / "train.py").write_text(STALLS)
@@ -564,6 +565,34 @@ def test_a_stalled_worker_is_restarted_by_stall_timeout_and_succeeds(el_submit, 
     assert re.search(r" 1\. \S+-\S+ FAILED \(retryable\): steps 0-79, lost [\d.]+ s; "
                      r"steps/s worker:0 [\d.]+/s, worker:1 [\d.]+/s", out.stderr), out.stderr
     assert re.search(r" 2\. \S+-\S+ SUCCEEDED: steps 40-79", out.stderr), out.stderr
+    _kept_page_of(app_id, tmp_path)
+
+
+def _kept_page_of(app_id: str, tmp_path) -> None:
+    """The stalled-then-restarted job's kept page: `status --tasks`, and `tfyarn history`
+    in headless chromium (the listing, then the page its link opens)."""
+    from browser import cells, history_server, links, make_browser
+
+    status = subprocess.run([sys.executable, "-m", "tfyarn", "status", app_id, "--tasks"],
+                            capture_output=True, text=True, timeout=120)
+    kept = status.stdout.split("tasks (its kept page", 1)[-1]
+    assert re.search(r"worker:1 +127\.0\.0\.\d+:\d+ +exited 0 step 79 ", kept), status.stdout
+    assert "FAILED (retryable): steps 0-79" in kept and "training stalled" in kept
+    browser = make_browser(tmp_path)
+    server, url = history_server({**os.environ, "TFYARN_HISTORY_DIR": str(tmp_path / "h")})
+    try:
+        listing = browser(url)
+        assert cells(listing, "job")[app_id][4] == "SUCCEEDED", listing
+        page = browser(url + links(listing, "job")[app_id])
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    rows = cells(page, "task")
+    assert [rows[t][2] for t in ("worker:0", "worker:1")] == ["exited 0", "exited 0"], page
+    assert all("/node/containerlogs/" in c for c in re.findall(r'href="([^"]+)">log<', page))
+    assert "FAILED (retryable): steps 0-79" in re.search(r'<ul id="goodput">(.*?)</ul>',
+                                                        page, re.S)[1]
+    assert "training stalled: worker:1 at step 50" in page  # the earlier attempt
 
 
 def test_status_lists_attempts_while_restarted_gang_runs(tmp_path, apps):

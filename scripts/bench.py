@@ -613,6 +613,70 @@ def progress_cost(tmp: str) -> dict[str, float]:
             "progress_over_empty": round(ours / anchor, 1), "target_progress_call_us": 20.0}
 
 
+def _kept_page(job_id: str, started: float):
+    """A finished 8-task job's page, as a driver keeps it (tasks, goodput, a restart)."""
+    from tfyarn.core.records import JobView, TaskRow
+
+    rows = tuple(TaskRow(f"worker:{i}", f"10.0.0.{i}:4000{i}", "exited 0", "exit 0",
+                         f"http://10.0.0.{i}:8042/node/containerlogs/c_{i}/u", "step 900 (9.1/s)")
+                 for i in range(8))
+    return JobView(f"nightly {job_id[-4:]}", "tensorflow-mwms", job_id, "SUCCEEDED", "2 min", 1,
+                   3, rows, "all 8 tasks exited with code 0",
+                   earlier=("attempt 1: FAILED (retryable): worker:3 was preempted",),
+                   refresh=False, goodput=("goodput 91%: 100 s of useful training in 110 s, "
+                                           "by attempt:", "  1. ...", "  2. ..."),
+                   user="bench", started=started, ended=started + 120)
+
+
+def history_times(jobs: int, repeat: int) -> dict:
+    """`tfyarn history` over `jobs` kept pages in HDFS (the cluster HADOOP_CONF_DIR names):
+    its start (it reads every page before it serves), the listing's first answer and
+    later ones, and one WebHDFS LISTSTATUS of the same dir (the least any listing does)
+    as the anchor."""
+    import urllib.request
+
+    from tfyarn.client import yarn
+    from tfyarn.hdfs import webhdfs
+
+    opts = yarn.ClientOptions()
+    folder = f"hdfs:///tmp/tfyarn-bench-history-{os.getpid()}"
+    client = webhdfs.client_for(folder, opts.hadoop_conf, opts.settings.user, yarn.web_login(opts))
+    path, now = webhdfs.hdfs_path(folder), time.time()
+    for i in range(jobs):
+        job_id = f"application_1_{i:04d}"
+        webhdfs.put_text(client, f"{path}/{job_id}.json", _kept_page(job_id, now - i).to_json())
+    began = time.perf_counter()
+    server = subprocess.Popen([sys.executable, "-m", "tfyarn", "history", "--port", "0",
+                               "--dir", folder], stderr=subprocess.PIPE, text=True)
+    try:
+        url = server.stderr.readline().split(": ", 2)[2].strip()
+        start = time.perf_counter() - began  # it reads every kept page before it serves
+
+        def get() -> float:
+            t = time.perf_counter()
+            with urllib.request.urlopen(url, timeout=60) as r:
+                assert r.read().count(b'class="job"') >= jobs
+            return time.perf_counter() - t
+
+        first = get()
+        later = statistics.median(get() for _ in range(repeat))
+
+        def liststatus() -> float:
+            t = time.perf_counter()
+            client.list(path, status=True)
+            return time.perf_counter() - t
+
+        anchor = statistics.median(liststatus() for _ in range(repeat))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+        client.delete(path, recursive=True)
+    return {"jobs": jobs, "server_start_s": round(start, 3),
+            "first_listing_s": round(first, 3), "listing_s": round(later, 3),
+            "liststatus_s": round(anchor, 4), "listing_over_liststatus": round(later / anchor, 1),
+            "target_first_listing_s": 1.0}
+
+
 def median_of(fn, repeat: int) -> float:
     runs = []
     for _ in range(repeat):
@@ -639,7 +703,13 @@ def main() -> None:
                    "not (yarn: the cluster HADOOP_CONF_DIR names)")
     p.add_argument("--progress", action="store_true", help="only tfyarn.progress's cost per "
                    "call (target: 20 us)")
+    p.add_argument("--history", type=int, nargs="?", const=200, metavar="JOBS",
+                   help="only `tfyarn history`'s listing of JOBS kept pages in HDFS (the "
+                   "cluster HADOOP_CONF_DIR names; target: 1 s)")
     ns = p.parse_args()
+    if ns.history:
+        print(json.dumps(history_times(ns.history, ns.repeat), indent=2))
+        return
     if ns.progress:
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(progress_cost(tmp), indent=2))

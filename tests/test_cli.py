@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -90,3 +91,22 @@ def test_interact_flag(el_submit):
     out = el_submit("-t", "standalone", "-interact", "True", "--local", "-c", "echo hi")
     assert out.returncode == 0 and "-interact has no effect with --local" in out.stderr
     assert "[worker:0] hi" in out.stderr
+
+
+@pytest.mark.parametrize(("args", "flag"), [(["--port", "70000"], "--port"),
+                                            (["--port", "BUSY"], "--host/--port")])
+def test_history_on_a_port_it_cannot_have_is_one_line_exit_2(args, flag, tmp_path):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        env = {**os.environ, "TFYARN_HISTORY_DIR": str(tmp_path)}
+        env.pop("HADOOP_CONF_DIR", None)
+        out = subprocess.run([sys.executable, "-m", "tfyarn", "history",
+                              *[port if a == "BUSY" else a for a in args]],
+                             capture_output=True, text=True, timeout=60, env=env)
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1, out.stderr
+    assert lines[0].startswith("Error: ") and flag in lines[0] and "Traceback" not in out.stderr

@@ -14,12 +14,14 @@ from tfyarn.core.records import (
     Attempt,
     Cluster,
     JobTasks,
+    JobView,
     Outcome,
     Rank,
     RankTable,
     RecordError,
     Started,
     TaskEnd,
+    TaskRow,
     TensorBoard,
     Wanted,
 )
@@ -42,6 +44,11 @@ def test_every_record_comes_back_as_it_went():
                               "permanent", {"worker:0": end}),)),
         Outcome("FAILED", "m", "worker:0", -9, ("x",), {"worker:0": end}, "retryable", 1,
                 (Attempt(0, "FAILED", "first"),)),
+        JobView("j", "tensorflow-ps", "application_1_0001", "FAILED", "2 min", 1, 2,
+                (TaskRow("worker:0", "n1:7", "failed", "exit 1", "http://n1:8042/x", "step 9"),
+                 TaskRow("ps:0", "-", "stopped", "", None)), "m", "worker:0", ("boom",),
+                ("attempt 1: FAILED",), None, False, ("goodput 50%: ...",), "alice", "q",
+                1795700000.5, 1795700120.0),
     ]
     for rec in records:
         back = type(rec).from_json(rec.to_json())

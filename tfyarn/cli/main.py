@@ -13,6 +13,7 @@ import contextlib
 import copy
 import dataclasses
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -276,6 +277,41 @@ def ls_cmd(show_all: bool, conf: str | None, principal: str | None, keytab: str 
         from tfyarn.client import yarn
 
         return yarn.ls(show_all, _opts(conf, principal, keytab))
+
+
+@tfyarn.command("history")
+@click.option("--host", "host", default="127.0.0.1", show_default=True,
+              help="address to serve on (0.0.0.0: every interface)")
+@click.option("--port", "port", default=18088, show_default=True, type=click.IntRange(0, 65535),
+              help="port to serve on (0: any free one)")
+@click.option("--dir", "dirs", multiple=True, metavar="DIR", help="a history dir to list "
+              "(hdfs://... or a local dir; repeatable). Default: the cluster's (tfyarn.yaml "
+              "`history: dir:`, else hdfs:///user/$USER/.tfyarn/history) and local jobs' "
+              "(~/.tfyarn/history, $TFYARN_HISTORY_DIR)")
+@cluster_options
+def history_cmd(host: str, port: int, dirs: tuple[str, ...], conf: str | None,
+                principal: str | None, keytab: str | None) -> int:
+    """Serve the tfyarn jobs, finished and running, newest first, each linking its page
+    (a finished job's as its driver kept it), until Ctrl-C."""
+    with edge():
+        from tfyarn.client import yarn
+        from tfyarn.client.history import HistoryServer
+
+        reader = yarn.history_of(_opts(conf, principal, keytab), dirs)
+        reader.listing()  # every kept page read once before the first answer (~15 ms each)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+        server = HistoryServer(reader)
+        try:
+            url = server.start(host, port)
+        except OSError as exc:
+            raise SpecError(f"--host/--port: cannot serve on {host}:{port} ({exc}); pick "
+                            "another port (--port 0: any free one)") from None
+        click.echo(f"tfyarn: history: {url}", err=True)
+        try:
+            signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        finally:
+            server.stop()
+        return 0
 
 
 @tfyarn.command("skein-driver")

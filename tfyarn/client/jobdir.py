@@ -229,7 +229,8 @@ def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory, settings: Settings
     if "://" not in model:
         os.makedirs(model, exist_ok=True)
     with open(jd.job_json, "w", encoding="utf-8") as f:
-        f.write(dataclasses.replace(spec, checkpoint_dir=ckpt, model_dir=model).to_json())
+        f.write(dataclasses.replace(spec, checkpoint_dir=ckpt, model_dir=model,
+                                    history_dir=settings.local_history()).to_json())
     if spec.runtime.mode == "virtual-env":
         return unpack_env(spec.runtime.arg or "", os.path.join(jd.root, "env"))
     return os.path.dirname(sys.executable)

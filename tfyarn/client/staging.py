@@ -142,12 +142,13 @@ def _parse_defaults(path: str) -> appspec.ClusterDefaults:
             data = yaml.safe_load(f) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise SpecError(f"site defaults {path}: cannot read them ({exc}); {fix}") from None
-    docker, env = (data.get("docker") or {}, data.get("env") or {}) if isinstance(data, dict) \
-        else (None, None)
+    docker, env, history = (data.get("docker") or {}, data.get("env") or {},
+                            data.get("history") or {}) if isinstance(data, dict) \
+        else (None, None, None)
     if not isinstance(docker, dict) or not isinstance(env, dict) \
-            or not isinstance(docker.get("mounts") or [], list):
+            or not isinstance(history, dict) or not isinstance(docker.get("mounts") or [], list):
         raise SpecError(f"site defaults {path}: expected a mapping with `docker:` (network, "
-                        f"mounts list, runtime) and `env:` mappings; {fix}")
+                        f"mounts list, runtime), `env:` and `history:` (dir) mappings; {fix}")
     runtime = str(docker.get("runtime", "auto"))
     if runtime not in dockerrun.RUNTIMES:
         raise SpecError(f"site defaults {path}: docker: runtime: {runtime!r} is not one of "
@@ -156,7 +157,8 @@ def _parse_defaults(path: str) -> appspec.ClusterDefaults:
         docker_network=str(docker.get("network", "host")),
         docker_mounts=tuple(str(m) for m in docker.get("mounts") or ()),
         docker_runtime=runtime,
-        extra_env={str(k): str(v) for k, v in env.items()})
+        extra_env={str(k): str(v) for k, v in env.items()},
+        history_dir=str(history["dir"]) if history.get("dir") else None)
 
 
 # ---------------------------------------------------------------- skein client

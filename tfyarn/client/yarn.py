@@ -22,7 +22,7 @@ from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from tfyarn.client import appspec, common, kerberos, rm, staging
+from tfyarn.client import appspec, common, history, kerberos, rm, staging
 from tfyarn.client.follow import LiveLogs, http_get
 from tfyarn.client.interrupts import Interrupts
 from tfyarn.client.skeinclient import NO_HADOOP, Yarn, YarnUnreachable, keeping_log, warm_driver
@@ -40,9 +40,9 @@ from tfyarn.core.progress import Progress
 from tfyarn.core.records import Outcome
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
-from tfyarn.core.tfconfig import Task, model_dir, natural
+from tfyarn.core.tfconfig import Task, history_dir, model_dir, natural
 from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_END_POLL_S, YARN_POLL_S
-from tfyarn.hdfs import siteconf
+from tfyarn.hdfs import siteconf, webhdfs
 from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
@@ -219,6 +219,7 @@ def submitted(spec: JobSpec, opts: ClientOptions,
     defaults = staging.load_defaults(settings, conf_dir)
     spec = staging.keytab_job(spec, opts.principal, opts.keytab)
     spec = with_memory_ceiling(spec, opts)
+    spec = replace(spec, history_dir=spec.history_dir or defaults.history_dir)
     with ExitStack() as held:
         with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:  # uploaded by then
             staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir,
@@ -608,6 +609,8 @@ def status(app_id: str, opts: ClientOptions | None = None, tasks: bool = False) 
                       rep.get("diagnostics", ""))
         if rep.get("state") == "RUNNING":
             print(f"(per-task table: tfyarn status {app_id} --tasks)")
+        elif tasks:
+            _print_kept(app_id, opts)
         return 0
     with yarn_client(opts) as client:
         r = ride_through(Reports(client, app_id))
@@ -622,6 +625,60 @@ def status(app_id: str, opts: ClientOptions | None = None, tasks: bool = False) 
             for line in lines:
                 print(f"  {line}")
     return 0
+
+
+def _print_kept(app_id: str, opts: ClientOptions) -> None:
+    """A finished job's task table, from the page its driver kept at the end."""
+    shelf = cluster_shelf(opts)
+    try:
+        view = history.HistoryReader([shelf]).view(app_id)
+    except EnvironmentMissing as exc:
+        print(f"(its kept page could not be read: {exc})")
+        return
+    if view is None:
+        print(f"(no kept page in {shelf.where}: its driver did not save one (killed by "
+              "YARN, or an older tfyarn); the diagnostics above list every task's end)")
+        return
+    print("tasks (its kept page; all of it: tfyarn history):")
+    for line in history.task_lines(view):
+        print(f"  {line}")
+
+
+def cluster_shelf(opts: ClientOptions, where: str | None = None) -> history.HdfsShelf:
+    """The cluster's history dir (tfyarn.yaml's `history: dir:`, else the user's), or
+    `where`, read over WebHDFS as this client's login."""
+    settings, conf_dir = opts.settings, opts.hadoop_conf
+    folder = where or history_dir(staging.load_defaults(settings, conf_dir).history_dir,
+                                  settings.user)
+    return history.HdfsShelf(folder, webhdfs.client_for(folder, conf_dir, settings.user,
+                                                        web_login(opts)))
+
+
+def history_of(opts: ClientOptions, dirs: tuple[str, ...]) -> history.HistoryReader:
+    """What `tfyarn history` lists: the given dirs (hdfs:// or local), else the cluster's
+    (where a Hadoop configuration is) and local jobs'; the running jobs of both."""
+    settings, conf_dir = opts.settings, opts.hadoop_conf
+    yarn = conf_dir is not None and os.path.isdir(conf_dir)
+    if not dirs:
+        dirs = (*([""] if yarn else []), settings.local_history())
+    shelves: list[history.Shelf] = [
+        cluster_shelf(opts, d or None) if not d or "://" in d else history.LocalShelf(d)
+        for d in dirs]
+
+    def running() -> list[history.Listed]:
+        apps = []
+        if yarn:
+            try:
+                apps = rest_client(opts).apps(appspec.APP_TAG, rm.ACTIVE_STATES)
+            except rm.Unavailable as exc:
+                raise EnvironmentMissing(str(exc)) from None
+        return history.running_yarn(apps) + history.running_local(settings.tmpdir)
+
+    def job_dir(job_id: str) -> str | None:
+        from tfyarn.client.jobdir import find_job_dir
+
+        return find_job_dir(job_id, settings) if job_id.startswith("local_") else None
+    return history.HistoryReader(shelves, running, job_dir)
 
 
 def live_tasks(store: kvmod.KV) -> list[str]:

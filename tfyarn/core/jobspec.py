@@ -207,6 +207,7 @@ class JobSpec:
     data: tuple[str, ...] = ()  # --data: committed datasets the tasks read (TFYARN_DATA)
     memory_growth: float | None = None  # --memory-growth: x memory after a memory kill
     stall_timeout_s: float | None = None  # --stall-timeout: no progress this long fails
+    history_dir: str | None = None  # where the page is saved at the end; None: the default
 
     def __post_init__(self) -> None:
         if self.app_type not in APP_TYPES:

@@ -312,3 +312,47 @@ class Outcome(Record):
         """This attempt as an earlier one, once a restart follows it."""
         return Attempt(self.attempt, self.state, self.message, self.task, self.cause,
                        self.tasks)
+
+
+# ---------------------------------------------------------------- the job's page, and its history
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task on the job's page: where it ran, its state's words, its exit code and
+    reason, its log's link and its last `tfyarn.progress` report (`step 1200 (35.2/s)`)."""
+
+    task: str
+    addr: str
+    state: str
+    detail: str
+    log: str | None
+    step: str = ""
+
+
+@dataclass(frozen=True)
+class JobView(Record):
+    """What a job's page shows: read from the store while the job runs, and saved when it
+    has ended (its history: `tfyarn history`, `tfyarn status APP --tasks` afterwards).
+    `started`/`ended` are epoch seconds (the driver's clock); `ended` is None while it
+    runs."""
+
+    name: str
+    app_type: str
+    job_id: str
+    state: str
+    elapsed: str
+    attempt: int
+    attempts: int
+    rows: tuple[TaskRow, ...]
+    message: str = ""
+    failing: str | None = None
+    tail: tuple[str, ...] = ()
+    earlier: tuple[str, ...] = ()
+    tensorboard: str | None = None
+    refresh: bool = True
+    goodput: tuple[str, ...] = ()  # the final status's goodput summary
+    user: str = ""
+    queue: str = ""
+    started: float = 0.0
+    ended: float | None = None

@@ -34,6 +34,7 @@ class Settings:
     krb5_config: str | None = None  # KRB5_CONFIG: MIT's tools read it, Java does not
     krb5_ccache: str | None = None  # KRB5CCNAME: the ticket cache (MIT's tools, Java)
     token_file: str | None = None  # HADOOP_TOKEN_FILE_LOCATION: in a YARN container, its tokens
+    history_dir: str | None = None  # TFYARN_HISTORY_DIR: where local jobs' pages are kept
 
     def cache_dirs(self) -> list[str]:
         """tfyarn's cache dirs, first usable wins: $TFYARN_CACHE; in a YARN container its
@@ -64,6 +65,12 @@ class Settings:
         folder = self.own_dir("logs")
         return os.devnull if folder is None else os.path.join(folder, name)
 
+    def local_history(self) -> str:
+        """Where local jobs' finished pages are kept: $TFYARN_HISTORY_DIR, else
+        ~/.tfyarn/history (not a cache dir: `tfyarn history` lists them for days)."""
+        return self.history_dir or os.path.join(os.path.expanduser(self.home), ".tfyarn",
+                                                 "history")
+
     def conf_files(self) -> tuple[str, ...]:
         """Where site defaults (conf/tfyarn.yaml) are looked for, first found wins."""
         user = os.path.join(self.home, ".config", "tfyarn", "tfyarn.yaml")
@@ -93,6 +100,7 @@ class Settings:
             krb5_config=e.get("KRB5_CONFIG") or None,
             krb5_ccache=e.get("KRB5CCNAME") or None,
             token_file=e.get("HADOOP_TOKEN_FILE_LOCATION") or None,
+            history_dir=e.get("TFYARN_HISTORY_DIR") or None,
         )
 
     def kerberos_env(self) -> dict[str, str]:

@@ -98,6 +98,12 @@ def model_dir(given: str | None, job_id: str, user: str) -> str:
     return given or f"hdfs:///user/{user}/.tfyarn/models/{job_id}"
 
 
+def history_dir(given: str | None, user: str) -> str:
+    """Where a YARN job's page is saved when it ends (`tfyarn history` serves it): the
+    site's `history: dir:` (tfyarn.yaml), else the user's HDFS home."""
+    return given or f"hdfs:///user/{user}/.tfyarn/history"
+
+
 def run_env(attempt: int, checkpoints: str, model: str,
             tensorboard: str | None) -> dict[str, str]:
     """Where this run of the task stands: which gang (0 first, restarts count up), where

@@ -6,7 +6,9 @@ client (on a Kerberized cluster one that answers the NameNode's SPNEGO challenge
 client's login; the DataNodes then take the delegation token the NameNode puts in its
 redirect), and turning the `hdfs` package's and requests' failures into HdfsUnavailable
 (`failing_as`). Used where the client reads HDFS (check-data, --data, local mode's
-`-f hdfs://`, the HDFS cache); tasks read HDFS through libhdfs.
+`-f hdfs://`, the HDFS cache, `tfyarn history`) and where the driver writes the job's
+history (`container_client`: a YARN container's delegation token, no JVM); tasks read
+HDFS through libhdfs.
 Must not start a JVM (that is `jni`).
 """
 
@@ -15,12 +17,13 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import posixpath
 import urllib.parse
 from collections.abc import Iterator
 from typing import Any
 
 from tfyarn.core.errors import EnvironmentMissing
-from tfyarn.hdfs import spnego
+from tfyarn.hdfs import spnego, tokens
 from tfyarn.hdfs.siteconf import kerberized, read_site
 
 HTTP_PORT = 9870  # Hadoop 3's NameNode web port
@@ -71,6 +74,37 @@ def client_for(uri: str, conf_dir: str | None, user: str,
     session = requests.Session()
     session.auth = NegotiateAuth(login or spnego.Negotiator())
     return Client(http_address(uri, conf_dir), session=session)
+
+
+def container_client(uri: str, conf_dir: str | None, user: str, token_file: str | None,
+                     timeout_s: float) -> Any:
+    """A WebHDFS client inside a YARN container, which has no Kerberos login: on a
+    Kerberized cluster it shows the container's HDFS delegation token, else it acts as
+    `user` (simple auth)."""
+    from hdfs import InsecureClient, TokenClient
+
+    address = http_address(uri, conf_dir)
+    if not kerberized(conf_dir):
+        return InsecureClient(address, user=user, timeout=timeout_s)
+    try:
+        token = tokens.hdfs_delegation(token_file) if token_file else None
+    except (OSError, tokens.TokenFileError) as exc:
+        raise HdfsUnavailable(f"the container's token file {token_file}: {exc}") from None
+    if token is None:
+        raise HdfsUnavailable("the container has no HDFS delegation token (its token file: "
+                              f"{token_file or 'none'})")
+    return TokenClient(address, token, timeout=timeout_s)
+
+
+def put_text(client: Any, path: str, text: str) -> None:
+    """`text` at `path`, whole: written to a hidden file beside it, then renamed in, so
+    a reader never sees half of it."""
+    folder, name = posixpath.split(path)
+    client.makedirs(folder)
+    temp = posixpath.join(folder, f".{name}.tmp")
+    client.write(temp, data=text.encode("utf-8"), overwrite=True)
+    client.delete(path)  # HDFS renames onto nothing only
+    client.rename(temp, path)
 
 
 class NegotiateAuth:

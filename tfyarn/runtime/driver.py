@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from tfyarn.core.errors import StoreGone, exit_code
+from tfyarn.core.errors import EnvironmentMissing, StoreGone, exit_code
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import (
     REGROUP,
@@ -58,6 +58,7 @@ from tfyarn.core.records import (
     AttemptTime,
     Cluster,
     JobTasks,
+    JobView,
     Outcome,
     RankTable,
     StepReport,
@@ -86,7 +87,7 @@ from tfyarn.runtime.site import Site, open_site
 
 if TYPE_CHECKING:  # both load http.server (~15 ms): imported where used, off the start
     from tfyarn.protocol.rendezvous import RendezvousServer
-    from tfyarn.runtime.jobpage import JobPage, View
+    from tfyarn.runtime.jobpage import JobPage
 
 
 @dataclass
@@ -568,15 +569,15 @@ def _trap_signals(clock: JobClock) -> None:
 
 
 def serve_page(spec: JobSpec, site: Site, settings: Settings, host: str,
-               logs_dir: str | None) -> JobPage | None:
+               logs_dir: str | None, began: float) -> JobPage | None:
     """Start the job page and publish its URL (on YARN: registered with skein's web UI);
     a page that cannot start never stops the job."""
     from tfyarn.runtime.jobpage import JobPage, read_view
 
-    started, job_id = time.monotonic(), settings.job_id or "unknown"
+    job_id = settings.job_id or "unknown"
 
-    def view() -> View:
-        return read_view(spec, site.store, job_id, started, site.log_links(spec))
+    def view() -> JobView:
+        return read_view(spec, site.store, job_id, began, site.log_links(spec), settings.user)
 
     def log_file(name: str) -> str | None:
         ok = logs_dir and name in {c.name for c in spec.containers()}
@@ -590,6 +591,21 @@ def serve_page(spec: JobSpec, site: Site, settings: Settings, host: str,
         say(f"the job page could not start: {exc!r}", "driver")
         page.stop()
         return None
+
+
+def save_page(spec: JobSpec, site: Site, settings: Settings, began: float) -> None:
+    """Keep the job's final page for `tfyarn history` (and `tfyarn status --tasks` once
+    the application is gone); a page that cannot be kept never changes the verdict."""
+    from tfyarn.runtime.jobpage import read_view
+
+    try:
+        view = read_view(spec, site.store, settings.job_id or "unknown", began,
+                         site.log_links(spec), settings.user)
+        where = site.save_page(spec, replace(view, ended=time.time()), settings)
+    except (EnvironmentMissing, StoreGone, OSError) as exc:  # HDFS, the disk, the store
+        say(f"the job's page was not kept for `tfyarn history`: {exc}", "driver")
+        return
+    say(f"job page kept: {where}", "driver")
 
 
 def exit_within(seconds: float, code: int) -> None:
@@ -620,12 +636,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     site = open_site(ns.kv)
     settings = Settings.from_environ()
     host = settings.advertise_host or socket.getfqdn()
+    began = time.time()
     pages: list[JobPage] = []
     ended = threading.Event()
 
     def start_page() -> None:  # a job over within PAGE_DELAY_S never needed a page
         if not ended.wait(PAGE_DELAY_S):
-            pages.extend(p for p in [serve_page(spec, site, settings, host, ns.logs)] if p)
+            pages.extend(p for p in [serve_page(spec, site, settings, host, ns.logs, began)]
+                         if p)
 
     starter = threading.Thread(target=start_page, daemon=True)
     starter.start()
@@ -633,6 +651,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     linger = site.tensorboard_linger_s(spec)
     exit_within(VERDICT_EXIT_S + (linger + TENSORBOARD_DONE_SLACK_S if linger else 0),
                 exit_code(outcome.state))
+    save_page(spec, site, settings, began)
     site.finish(spec, outcome)
     ended.set()
     starter.join(timeout=PAGE_START_WAIT_S)

@@ -24,7 +24,7 @@ from typing import Any
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import elapsed_words, goodput_lines
-from tfyarn.core.records import Outcome, TensorBoard
+from tfyarn.core.records import JobView, Outcome, TaskRow, TensorBoard
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import PAGE_REFRESH_S
 from tfyarn.protocol import kv as kvmod
@@ -37,40 +37,10 @@ th{background:#f3f3f3}.SUCCEEDED,.exited-0{color:#176117}.FAILED,.failed,.lost{c
 .running{color:#1559b0}pre{background:#f6f6f6;padding:.6em;overflow-x:auto}"""
 
 
-@dataclass(frozen=True)
-class TaskRow:
-    task: str
-    addr: str
-    state: str  # a taskstate.State's words
-    detail: str  # exit code and reason
-    log: str | None  # link to the task's log
-    step: str = ""  # `step 1200 (35.2/s)`: its last tfyarn.progress report
-
-
-@dataclass(frozen=True)
-class View:
-    """What the page shows, read from the store (pure data: render() turns it into HTML)."""
-
-    name: str
-    app_type: str
-    job_id: str
-    state: str
-    elapsed: str
-    attempt: int
-    attempts: int
-    rows: tuple[TaskRow, ...]
-    message: str = ""
-    failing: str | None = None
-    tail: tuple[str, ...] = ()
-    earlier: tuple[str, ...] = ()
-    tensorboard: str | None = None
-    refresh: bool = True
-    goodput: tuple[str, ...] = ()  # the final status's goodput summary
-
-
 def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
-              logs: Callable[[Task], str | None]) -> View:
-    """The page's data from the store: the current attempt's tasks, or the final status."""
+              logs: Callable[[Task], str | None], user: str = "") -> JobView:
+    """The page's data from the store: the current attempt's tasks, or the final status.
+    `started`: the job's start, epoch seconds."""
     attempt, earlier, states = taskstate.current(store, spec.tasks())
     rows = tuple(TaskRow(str(s.task), s.addr or "-", s.state.value, s.detail(), logs(s.task),
                          s.progress()) for s in states)
@@ -78,19 +48,20 @@ def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
     tensorboard = TensorBoard.from_json(tb, kvmod.TENSORBOARD).url if tb else None
     said = tuple(a.words() for a in earlier)
     common = {"name": spec.name, "app_type": spec.app_type, "job_id": job_id,
-              "elapsed": elapsed_words(time.monotonic() - started), "attempt": attempt,
+              "elapsed": elapsed_words(time.time() - started), "attempt": attempt,
               "attempts": spec.attempts, "rows": rows, "earlier": said,
-              "tensorboard": tensorboard}
+              "tensorboard": tensorboard, "user": user, "queue": spec.yarn.queue or "",
+              "started": started}
     if raw_status is None:
         phase = store.get(kvmod.PHASE) or "starting"
-        return View(state="RUNNING", message=phase, **common)
+        return JobView(state="RUNNING", message=phase, **common)
     out = Outcome.from_json(raw_status, kvmod.STATUS)
-    return View(state=out.state, message=out.message, failing=out.task, tail=out.tail,
+    return JobView(state=out.state, message=out.message, failing=out.task, tail=out.tail,
                 refresh=False, goodput=tuple(goodput_lines(out.goodput) if out.goodput else ()),
                 **common)
 
 
-def render(v: View) -> str:
+def render(v: JobView) -> str:
     """The HTML of a view; every value escaped."""
     e = html.escape
     head = (f'<meta http-equiv="refresh" content="{PAGE_REFRESH_S:g}">' if v.refresh else "")
@@ -136,7 +107,7 @@ def _q(url: str) -> str:
 class JobPage:
     """The page's HTTP server, in a daemon thread of the driver."""
 
-    view: Callable[[], View]
+    view: Callable[[], JobView]
     log_file: Callable[[str], str | None] = lambda _name: None  # local: /logs/NAME -> path
     serving: Serving | None = field(default=None, init=False)
 

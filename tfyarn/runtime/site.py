@@ -4,8 +4,9 @@ Owns the driver's backend, chosen once where the driver starts (`open_site`, fro
 store URL): the job's store, where gangs of launchers come from (`gang`), where the job
 page links each task's log, how the page's URL is published (YARN: skein's web UI,
 proxied by the ResourceManager), how long the application stays up for TensorBoard
-after the verdict, and how the job's end is handed over (YARN: the ApplicationMaster's
-final status and diagnostics; locally the client reads the status key). Must not decide
+after the verdict, how the job's end is handed over (YARN: the ApplicationMaster's
+final status and diagnostics; locally the client reads the status key), and where its
+final page is kept (`save_page`: the history dir, in HDFS over WebHDFS on YARN). Must not decide
 the job's course (that is `driver` and `core.policy`); nothing outside this module asks
 which backend it runs on.
 """
@@ -13,6 +14,9 @@ which backend it runs on.
 from __future__ import annotations
 
 import contextlib
+import os
+import posixpath
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +24,12 @@ from typing import Any
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec, container_name
 from tfyarn.core.policy import attempt_tables
-from tfyarn.core.records import Outcome
+from tfyarn.core.records import JobView, Outcome
 from tfyarn.core.say import say
-from tfyarn.core.tfconfig import Task
-from tfyarn.core.timing import TENSORBOARD_DONE_SLACK_S
+from tfyarn.core.settings import Settings
+from tfyarn.core.tfconfig import Task, history_dir
+from tfyarn.core.timing import HISTORY_SAVE_S, TENSORBOARD_DONE_SLACK_S
+from tfyarn.hdfs import webhdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import App
 from tfyarn.runtime import gang as gangmod
@@ -55,6 +61,18 @@ class Site:
 
     def finish(self, spec: JobSpec, outcome: Outcome) -> None:
         """Hand the job's end over, once its status is in the store."""
+
+    def save_page(self, spec: JobSpec, view: JobView, settings: Settings) -> str:
+        """Keep the final page in the history dir (locally a dir the client names) as
+        JOB_ID.json, renamed in whole; where it went."""
+        folder = spec.history_dir or settings.local_history()
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{view.job_id}.json")
+        fd, temp = tempfile.mkstemp(prefix=f".{view.job_id}.", dir=folder)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(view.to_json())
+        os.replace(temp, path)
+        return path
 
 
 @dataclass
@@ -100,6 +118,16 @@ class YarnSite(Site):
             self.app.shutdown(outcome.state, diagnostics)
         except StoreGone as exc:  # the master script's exit code still carries the status
             say(f"could not set the final status through skein: {exc!r}", "driver")
+
+    def save_page(self, spec: JobSpec, view: JobView, settings: Settings) -> str:
+        """In HDFS, over WebHDFS with the container's delegation token (no JVM here)."""
+        folder = history_dir(spec.history_dir, settings.user)
+        client = webhdfs.container_client(folder, settings.hadoop_conf_dir, settings.user,
+                                          settings.token_file, HISTORY_SAVE_S)
+        path = posixpath.join(webhdfs.hdfs_path(folder), f"{view.job_id}.json")
+        with webhdfs.failing_as(f"saving the job's page to {folder}"):
+            webhdfs.put_text(client, path, view.to_json())
+        return f"{folder.rstrip('/')}/{view.job_id}.json"
 
     def linger_for_tensorboard(self, spec: JobSpec) -> None:
         """Until the side task says it is done: after the linger, or sooner when killed;

@@ -1,0 +1,353 @@
+"""Finished jobs' pages, kept at their end, and `tfyarn history`'s small web server.
+
+Owns reading the history dirs the drivers save final pages to (`JOB_ID.json`, a
+`JobView`: YARN jobs' in HDFS over WebHDFS, local jobs' on disk), the listing of those
+with the running tfyarn jobs (the ResourceManager's applications; local job dirs that
+have no final status yet), newest first, and serving it: the listing at `/`, each kept
+page at `/job/ID/` (rendered by the live page's own `render`), a kept local job's logs
+beside it. A kept page never changes, so each is read once per server. Must not write
+(the driver keeps the pages: `runtime/site.py`) nor ask the cluster anything at import.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import glob
+import html
+import http.server
+import os
+import posixpath
+import socket
+import tempfile
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from tfyarn.core.errors import EnvironmentMissing, TfYarnError
+from tfyarn.core.records import JobView, RecordError
+from tfyarn.hdfs import webhdfs
+from tfyarn.protocol import kv as kvmod
+from tfyarn.runtime.jobpage import STYLE, render
+from tfyarn.system.serving import Serving
+
+LISTED = 500  # the newest kept pages a listing reads (a day of a busy team's jobs is ~200)
+READERS = 16  # kept pages read at once (WebHDFS: two round trips each)
+SUFFIX = ".json"
+
+
+class Shelf(Protocol):
+    """A history dir."""
+
+    where: str
+
+    def names(self) -> list[tuple[float, str]]:
+        """(modified, job id) of every kept page."""
+
+    def read(self, job_id: str) -> str | None:
+        """A kept page's JSON, None when there is none."""
+
+
+@dataclass
+class LocalShelf:
+    """Local jobs' kept pages (Settings.local_history)."""
+
+    where: str
+
+    def names(self) -> list[tuple[float, str]]:
+        try:
+            entries = list(os.scandir(self.where))
+        except FileNotFoundError:
+            return []
+        return [(e.stat().st_mtime, e.name[:-len(SUFFIX)]) for e in entries
+                if e.name.endswith(SUFFIX) and not e.name.startswith(".")]
+
+    def read(self, job_id: str) -> str | None:
+        try:
+            with open(os.path.join(self.where, job_id + SUFFIX), encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+
+@dataclass
+class HdfsShelf:
+    """YARN jobs' kept pages, over WebHDFS (`client`: webhdfs.client_for)."""
+
+    where: str
+    client: Any
+
+    def names(self) -> list[tuple[float, str]]:
+        with webhdfs.failing_as(f"listing {self.where}"):
+            if self.client.status(self._path(), strict=False) is None:
+                return []
+            found = self.client.list(self._path(), status=True)
+        return [(st["modificationTime"] / 1000, name[:-len(SUFFIX)]) for name, st in found
+                if name.endswith(SUFFIX) and not name.startswith(".")]
+
+    def read(self, job_id: str) -> str | None:
+        from hdfs.util import HdfsError
+
+        path = posixpath.join(self._path(), job_id + SUFFIX)
+        with webhdfs.failing_as(f"reading {self.where}/{job_id}{SUFFIX}"):
+            try:
+                with self.client.read(path, encoding="utf-8") as reader:
+                    return reader.read()
+            except HdfsError as exc:
+                if getattr(exc, "exception", None) == "FileNotFoundException":
+                    return None
+                raise
+
+    def _path(self) -> str:
+        return webhdfs.hdfs_path(self.where)
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One line of the listing: a kept page (`link` /job/ID/) or a running job (its live
+    page)."""
+
+    job_id: str
+    name: str
+    app_type: str
+    user: str
+    state: str
+    started: float
+    ended: float | None
+    link: str | None
+    goodput: str = ""
+
+
+def listed(view: JobView) -> Listed:
+    first = view.goodput[0].split(", by attempt")[0] if view.goodput else ""
+    return Listed(view.job_id, view.name, view.app_type, view.user, view.state, view.started,
+                  view.ended, f"job/{urllib.parse.quote(view.job_id)}/", first)
+
+
+@dataclass
+class HistoryReader:
+    """What `tfyarn history` serves: kept pages from `shelves`, and `running()` jobs."""
+
+    shelves: list[Shelf]
+    running: Callable[[], list[Listed]] = list
+    job_dirs: Callable[[str], str | None] = lambda _job_id: None  # a kept local job's dir
+    views: dict[str, JobView] = field(default_factory=dict)  # read once: never change
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def listing(self) -> tuple[list[Listed], list[str]]:
+        """Every job, newest first (running ones, then the newest LISTED kept pages), and
+        what could not be read."""
+        problems: list[str] = []
+        named: list[tuple[float, str, Shelf]] = []
+        for shelf in self.shelves:
+            try:
+                named += [(mtime, job_id, shelf) for mtime, job_id in shelf.names()]
+            except EnvironmentMissing as exc:
+                problems.append(str(exc))
+        named.sort(key=lambda n: n[0], reverse=True)
+        kept = self._views([(job_id, shelf) for _, job_id, shelf in named[:LISTED]], problems)
+        try:
+            live = [r for r in self.running() if r.job_id not in kept]
+        except EnvironmentMissing as exc:
+            live, problems = [], [*problems, f"running jobs: {exc}"]
+        rows = live + [listed(v) for v in kept.values()]
+        rows.sort(key=lambda r: r.started, reverse=True)
+        return rows, problems
+
+    def view(self, job_id: str) -> JobView | None:
+        for shelf in self.shelves:
+            found = self._views([(job_id, shelf)], [])
+            if job_id in found:
+                return found[job_id]
+        return None
+
+    def _views(self, wanted: Iterable[tuple[str, Shelf]], problems: list[str]
+               ) -> dict[str, JobView]:
+        """The kept pages asked for, read in parallel the first time, in the order asked."""
+        wanted = list(wanted)
+        with self.lock:
+            todo = [(j, s) for j, s in wanted if j not in self.views]
+        if todo:
+            with concurrent.futures.ThreadPoolExecutor(READERS) as pool:
+                for job_id, got in zip([j for j, _ in todo],
+                                       pool.map(lambda js: _read(*js), todo), strict=True):
+                    if isinstance(got, JobView):
+                        with self.lock:
+                            self.views[job_id] = got
+                    elif got:
+                        problems.append(got)
+        with self.lock:
+            return {j: self.views[j] for j, _ in wanted if j in self.views}
+
+
+def _read(job_id: str, shelf: Shelf) -> JobView | str | None:
+    """A kept page, or what went wrong reading it (another tfyarn's format, HDFS)."""
+    try:
+        text = shelf.read(job_id)
+        return None if text is None else JobView.from_json(text, f"{shelf.where}/{job_id}")
+    except (RecordError, EnvironmentMissing) as exc:
+        return str(exc)
+
+
+# ---------------------------------------------------------------- running jobs
+
+
+def running_yarn(apps: list[dict]) -> list[Listed]:
+    """The ResourceManager's tfyarn applications (`RestClient.apps`), linked to their live
+    page through the RM's proxy (the tracking URL)."""
+    return [Listed(a["id"], a.get("name", ""), a.get("applicationType", ""),
+                   a.get("user", ""), a.get("state", ""), (a.get("startedTime") or 0) / 1000,
+                   None, a.get("trackingUrl") or None) for a in apps]
+
+
+def running_local(tmp_root: str | None) -> list[Listed]:
+    """Local jobs whose dir has no final status and whose page answers (a dir left by a
+    killed client has none), linked to that page."""
+    from tfyarn.client.jobdir import JOB_DIR_PREFIX, JobDir
+    from tfyarn.core.jobspec import JobSpec
+
+    out = []
+    for folder in glob.glob(os.path.join(tmp_root or tempfile.gettempdir(),
+                                         f"{JOB_DIR_PREFIX}local_*")):
+        jd = JobDir(folder)
+        store = kvmod.DirKV(jd.kv_root)
+        try:
+            page = store.get(kvmod.PAGE)
+            if page is None or store.get(kvmod.STATUS) is not None or not _answers(page):
+                continue
+            with open(jd.job_json, encoding="utf-8") as f:
+                spec = JobSpec.from_json(f.read())
+            started = os.path.getmtime(jd.job_json)
+        except (OSError, ValueError, TypeError, KeyError, TfYarnError):  # ended and gone since
+            continue
+        job_id = os.path.basename(folder)[len(JOB_DIR_PREFIX):].rsplit("-", 1)[0]
+        out.append(Listed(job_id, spec.name, spec.app_type, "", "RUNNING", started, None, page))
+    return out
+
+
+def _answers(url: str) -> bool:
+    parsed = urllib.parse.urlparse(url)
+    try:
+        with socket.create_connection((parsed.hostname or "127.0.0.1", parsed.port or 80),
+                                      timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- text and HTML
+
+
+def task_lines(view: JobView) -> list[str]:
+    """A kept page as `tfyarn status APP --tasks` prints it: each task's address, state,
+    exit and progress, the goodput lines, the earlier attempts."""
+    out = [f"{r.task:<12} {r.addr:<30} {r.state}"
+           + (f" {r.step}" if r.step else "")
+           + (f" ({r.detail})" if r.detail and not r.state.startswith("exited 0") else "")
+           for r in view.rows]
+    out += list(view.goodput)
+    out += [f"earlier: {e}" for e in view.earlier]
+    return out
+
+
+def render_listing(rows: list[Listed], problems: list[str], now: float) -> str:
+    e = html.escape
+    lines = "".join(
+        f'<tr class="job"><td>{_link(r)}</td><td>{e(r.name)}</td><td>{e(r.app_type)}</td>'
+        f'<td>{e(r.user)}</td><td class="{e(r.state)}">{e(r.state)}</td>'
+        f"<td>{_when(r.started)}</td><td>{_took(r, now)}</td><td>{e(r.goodput)}</td></tr>"
+        for r in rows)
+    notes = "".join(f'<p class="problem">{e(p)}</p>' for p in problems)
+    return ("<!doctype html><html><head><meta charset=utf-8><title>tfyarn history</title>"
+            f"<style>{STYLE}</style></head><body><h1>tfyarn jobs</h1>{notes}"
+            f"<p>{len(rows)} jobs, newest first</p><table id=jobs><tr><th>job</th>"
+            "<th>name</th><th>type</th><th>user</th><th>state</th><th>started</th>"
+            f"<th>took</th><th>goodput</th></tr>{lines}</table></body></html>")
+
+
+def _link(r: Listed) -> str:
+    e = html.escape
+    return f'<a href="{e(r.link, quote=True)}">{e(r.job_id)}</a>' if r.link else e(r.job_id)
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(epoch)) if epoch else "-"
+
+
+def _took(r: Listed, now: float) -> str:
+    from tfyarn.core.policy import elapsed_words
+
+    if not r.started:
+        return "-"
+    return elapsed_words((r.ended or now) - r.started) + ("" if r.ended else " so far")
+
+
+# ---------------------------------------------------------------- the server
+
+
+@dataclass
+class HistoryServer:
+    """`tfyarn history`'s HTTP server (a daemon thread; `stop` ends it)."""
+
+    history: HistoryReader
+    serving: Serving | None = None
+
+    def start(self, host: str, port: int) -> str:
+        me = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                me.answer(self)
+
+            def log_message(self, *_args: Any) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer((host, port), Handler)
+        server.daemon_threads = True
+        self.serving = Serving(server).start()
+        return f"http://{host}:{server.server_address[1]}/"
+
+    def answer(self, req: http.server.BaseHTTPRequestHandler) -> None:
+        path = urllib.parse.unquote(urllib.parse.urlparse(req.path).path)
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            rows, problems = self.history.listing()
+            return _send(req, 200, render_listing(rows, problems, time.time()), "text/html")
+        if parts[0] != "job" or len(parts) < 2:
+            return _send(req, 404, "no such page: the listing is at /", "text/plain")
+        if len(parts) == 2:
+            view = self.history.view(parts[1])
+            if view is None:
+                return _send(req, 404, f"no kept page for {parts[1]}", "text/plain")
+            return _send(req, 200, render(view), "text/html")
+        return self._log(req, parts[1], parts[2:])
+
+    def _log(self, req: http.server.BaseHTTPRequestHandler, job_id: str,
+             rest: list[str]) -> None:
+        """A kept local job's log (`logs/NAME` on its page), while its dir is there."""
+        root = self.history.job_dirs(job_id)
+        if rest[0] != "logs" or len(rest) != 2 or root is None or "/" in rest[1]:
+            return _send(req, 404, "that log is gone with its job dir", "text/plain")
+        file = os.path.join(root, "logs", f"{rest[1]}.log")
+        if not os.path.isfile(file):
+            return _send(req, 404, "that log is gone with its job dir", "text/plain")
+        with open(file, encoding="utf-8", errors="replace") as f:
+            return _send(req, 200, f.read(), "text/plain")
+
+    def stop(self) -> None:
+        if self.serving is not None:
+            self.serving.stop()
+
+
+def _send(req: http.server.BaseHTTPRequestHandler, code: int, body: str, kind: str) -> None:
+    data = body.encode("utf-8")
+    try:
+        req.send_response(code)
+        req.send_header("Content-Type", f"{kind}; charset=utf-8")
+        req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        req.wfile.write(data)
+    except OSError:  # the browser went away
+        return
