@@ -266,6 +266,8 @@ def data_rates(rows: int) -> dict[str, float]:
         out["write_parquet_ratio"] = round(out["write_tfyarn_parquet_rows_s"]
                                            / out["write_spark_parquet_rows_s"], 2)
         out.update(_read_rates(read, os.path.join(tmp, "tfyarn_tfrecord2"), rows))
+        out.update(_batch_rates(read, os.path.join(tmp, "tfyarn_parquet2"), rows,
+                                out["read_bare_tfrecord_rows_s"]))
     finally:
         spark.stop()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -296,6 +298,28 @@ def _read_rates(read, path: str, rows: int) -> dict[str, float]:
     plain = n / (time.monotonic() - t0)
     return {"read_bare_tfrecord_rows_s": round(bare), "read_tfyarn_dataset_rows_s": round(ours),
             "read_ratio": round(ours / bare, 2), "read_tfyarn_rows_python_rows_s": round(plain)}
+
+
+def _batch_rates(read, path: str, rows: int, tf_data_rows_s: float) -> dict[str, float]:
+    """tfyarn.data.batches() of the Parquet dataset (pyarrow, no TensorFlow), and its
+    tf.data form (checkpointable), against the bare tf.data TFRecord read of the same rows
+    (target: batches >= 0.5x)."""
+    import tensorflow as tf
+
+    def rate(sizes) -> float:  # sizes: each batch's row count, as it is read
+        t0 = time.monotonic()
+        n = sum(sizes)
+        assert n == rows, n
+        return rows / (time.monotonic() - t0)
+
+    ours = statistics.median(rate(len(b["n0"]) for b in read.batches(path, 1024))
+                             for _ in range(3))
+    tf_parquet = statistics.median(rate(int(tf.shape(b["n0"])[0]) for b in
+                                        read.dataset(path, 1024)) for _ in range(3))
+    return {"read_tfyarn_batches_parquet_rows_s": round(ours),
+            "batches_over_tf_data": round(ours / tf_data_rows_s, 2),
+            "read_tfyarn_dataset_parquet_rows_s": round(tf_parquet),
+            "target_batches_over_tf_data": 0.5}
 
 
 # ---------------------------------------------------------------- scale (#19)

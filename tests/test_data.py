@@ -278,6 +278,31 @@ def test_the_tfrecord_iterator_resumes_from_a_checkpoint(spark, tmp_path):
     assert first + rest == whole and len(whole) == 8
 
 
+def test_the_parquet_iterator_resumes_from_a_checkpoint(spark, tmp_path):
+    """As TFRecord's: 3 batches read, the iterator checkpointed, a new pipeline restored
+    from it goes on with the 4th, across row groups and files (unbatched too)."""
+    import tensorflow as tf
+
+    from tfyarn.data import spark as tds
+
+    tds.write(rows_df(spark, [70, 58]), str(tmp_path / "pq"), format="parquet")
+    path = str(tmp_path / "pq")
+    whole = [b["id"].numpy().tolist() for b in read.dataset(path, 16)]
+    it = iter(read.dataset(path, 16))
+    first = [next(it)["id"].numpy().tolist() for _ in range(3)]
+    saved = tf.train.Checkpoint(iterator=it).save(str(tmp_path / "ckpt" / "it"))
+    again = iter(read.dataset(path, 16))
+    tf.train.Checkpoint(iterator=again).restore(saved)
+    rest = [b["id"].numpy().tolist() for b in again]
+    assert first + rest == whole and sorted(sum(whole, [])) == list(range(128))
+    one = iter(read.dataset(path))  # unbatched: restored mid-piece
+    head = [int(next(one)["id"]) for _ in range(21)]
+    saved = tf.train.Checkpoint(iterator=one).save(str(tmp_path / "ckpt1" / "it"))
+    more = iter(read.dataset(path))
+    tf.train.Checkpoint(iterator=more).restore(saved)
+    assert head + [int(r["id"]) for r in more] == sum(whole, [])
+
+
 def test_parquet_reads_as_tf_data_and_rows(spark, tmp_path):
     from tfyarn.data import spark as tds
 
@@ -570,3 +595,36 @@ def test_in_order_assignment_never_moves_a_shard_and_stays_balanced():
         loads = [sum(s.rows for s in share) for share in whole]
         if len(shards) >= readers:
             assert max(loads) - min(loads) <= max(s.rows for s in shards)
+
+
+def test_batches_are_numpy_columns_of_the_share_without_tensorflow(spark, tmp_path):
+    """batches(): each column a numpy array, nulls their kind's default, every row once
+    across the readers; in a process where TensorFlow cannot be imported."""
+    from tfyarn.data import spark as tds
+
+    df = spark.sql("select id, cast(id as double) / 2 x, if(id % 3 = 0, null, 'k') s, "
+                   "array(id, id) l from range(0, 100, 1, 4)")
+    for fmt in ("parquet", "tfrecord"):
+        tds.write(df, str(tmp_path / fmt), format=fmt)
+    code = """if True:
+        import json, os, sys
+        sys.modules["tensorflow"] = None  # any import of it fails
+        from tfyarn.data import read
+        out = {}
+        for fmt in ("parquet", "tfrecord"):
+            got = []
+            for rank in range(2):
+                os.environ.update(RANK=str(rank), WORLD_SIZE="2")  # a rank of 2
+                for b in read.batches(sys.argv[1] + "/" + fmt, 16):
+                    assert {type(v).__name__ for v in b.values()} == {"ndarray"}, b
+                    got += [[int(i), float(x), str(s), [int(v) for v in l]]
+                            for i, x, s, l in zip(b["id"], b["x"], b["s"], b["l"])]
+            out[fmt] = sorted(got)
+        print(json.dumps(out))
+    """
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout)
+    want = [[i, i / 2, "" if i % 3 == 0 else "k", [i, i]] for i in range(100)]
+    assert got["parquet"] == want and got["tfrecord"] == want

@@ -65,7 +65,8 @@ PAGE_DELAY_S = 0.5  # the job page starts this long into the job (its imports of
 PAGE_START_WAIT_S = 5.0  # a job that ended before its page was up waits this long for it
 VERDICT_EXIT_S = 20.0  # the driver process ends this long after its verdict at the latest
 ACK_WAIT_S = 5.0  # how long the AM stays for a watching client to read the final status
-HISTORY_SAVE_S = 5.0  # each WebHDFS call saving the final page (the verdict never waits more)
+HISTORY_SAVE_S = 5.0  # keeping the final page (each WebHDFS call, and all of them: the
+# verdict never waits longer for it)
 
 # --- clients
 YARN_POLL_S = 1.0  # el_submit's application report interval (each is an RM call)
