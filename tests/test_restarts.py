@@ -264,3 +264,29 @@ def test_goodput_counts_the_work_a_restart_did_again_as_lost():
     quiet = policy.goodput([(policy.attempt_time(0, 0.0, 9.0, failed, policy.StepLog()),
                              policy.StepLog())], 9.0)
     assert quiet.useful_s is None and policy.goodput_lines(quiet) == []
+
+
+# worker:0's stderr when worker:1's launcher was killed -9 mid-step (sandbox YARN, the
+# one-program census: MultiWorkerMirroredStrategy), and YARN's word on worker:1's container
+PEER_DIED = ("    tensors = pywrap_tfe.TFE_Py_Execute(ctx._handle, device_name, op_name,",
+             "tensorflow.python.framework.errors_impl.UnavailableError: Graph execution "
+             "error:", "Detected at node adam/CollectiveReduceV2 defined at (most recent "
+             "call last):")
+CONTAINER_FAILED = "Container failed during execution, see logs for more information."
+
+
+def test_a_failure_on_losing_a_peer_is_decided_by_the_peer():
+    """worker:0 exits 1 on losing worker:1 before YARN's word on worker:1 arrives: once it
+    does, worker:1's end decides (retryable, so the gang restarts), naming both."""
+    w0, w1 = Task("worker", 0), Task("worker", 1)
+    first = TaskEnd(1, tail=PEER_DIED, time=5.0)
+    assert policy.lost_a_peer(first)
+    assert policy.blame_the_peer(w0, first, {}) is None  # no word yet: it waits
+    peer = policy.yarn_end(CONTAINER_FAILED, 2048, "-wm", 7.0)
+    blamed = policy.blame_the_peer(w0, first, {w1: peer, w0: first})
+    assert blamed.task == "worker:1" and blamed.cause == policy.RETRYABLE
+    assert blamed.message.startswith("worker:1 was killed: its container's process died")
+    assert blamed.message.endswith("(worker:0 then failed on losing it)")
+    # the code's own failure is not a peer's doing, whatever else ended
+    own = TaskEnd(1, tail=("ValueError: bad input",), time=5.0)
+    assert not policy.lost_a_peer(own) and policy.blame_the_peer(w0, own, {w1: peer}) is None

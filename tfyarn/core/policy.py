@@ -270,13 +270,44 @@ def decide(spec: JobSpec, records: Mapping[Task, TaskEnd]) -> Outcome | None:
         return Outcome("SUCCEEDED", "chief:0 finished; the other tasks were stopped (-x True)")
     if failed:
         _, _, task = min(failed)
-        rec = records[task]
-        return Outcome("FAILED", describe_exit(task, rec) + hint(rec.tail), str(task),
-                       rec.code, rec.tail, cause=cause_of(rec))
+        return failed_by(task, records[task])
     n = len(spec.tasks())
     if len(records) == n:
         return Outcome("SUCCEEDED", f"all {plural(n, 'task')} exited with code 0")
     return None
+
+
+def failed_by(task: Task, rec: TaskEnd) -> Outcome:
+    """The job's failure, decided by `task`'s end."""
+    return Outcome("FAILED", describe_exit(task, rec) + hint(rec.tail), str(task), rec.code,
+                   rec.tail, cause=cause_of(rec))
+
+
+# What a task's stderr says when it failed because a peer went away (TF's collectives and
+# gRPC, gloo, torch.distributed): its failure follows from the peer's
+PEER_GONE = ("UnavailableError", "Connection reset by peer", "Socket closed",
+             "Connection closed by peer", "failed to connect to all addresses")
+
+
+def lost_a_peer(rec: TaskEnd | None) -> bool:
+    """Whether a task exited with an error that a peer's death causes (killed by the
+    launcher's kill -9, a lost node): the peer's end, once known, decides instead."""
+    return rec is not None and bool(rec.code) and not rec.lost and \
+        any(needle in line for line in rec.tail for needle in PEER_GONE)
+
+
+def blame_the_peer(task: Task, rec: TaskEnd, gone: Mapping[Task, TaskEnd]) -> Outcome | None:
+    """A failure of `task` that followed a peer's death is decided by that peer (the first
+    of `gone`, the other tasks YARN or the driver saw end abnormally); None when `task`'s
+    failure is not one, or no peer is gone."""
+    if not lost_a_peer(rec):
+        return None
+    peers = sorted((str(t), t) for t, r in gone.items() if t != task and r.failed)
+    if not peers:
+        return None
+    peer = peers[0][1]
+    blamed = failed_by(peer, gone[peer])
+    return replace(blamed, message=f"{blamed.message} ({task} then failed on losing it)")
 
 
 # ---------------------------------------------------------------- restarts

@@ -35,6 +35,7 @@ from tfyarn.core.policy import (
     StepLog,
     attempt_time,
     backoff_s,
+    blame_the_peer,
     cause_of,
     decide,
     describe_exit,
@@ -42,6 +43,7 @@ from tfyarn.core.policy import (
     give_back,
     goodput,
     grow_memory,
+    lost_a_peer,
     lost_record,
     merge_records,
     needs_yarn_word,
@@ -295,10 +297,28 @@ class Referee:
             self.note_chief_done(records)
         return outcome
 
+    def peer_first(self, outcome: Outcome) -> Outcome:
+        """A task that failed on losing a peer (`policy.lost_a_peer`: its stderr says so)
+        waits, bounded, for the cluster's word on the others: a peer's container that
+        ended abnormally decides instead. Its launcher killed -9, worker:1's death reached
+        worker:0's collective before YARN's word on worker:1's container reached the
+        driver, and read as worker:0's permanent exit 1 (a CI run of the census)."""
+        task = Task.parse(outcome.task) if outcome.task else None
+        rec = self.last_records.get(task) if task else None
+        if task is None or rec is None or not self.gang.tells_ends or not lost_a_peer(rec):
+            return outcome
+        deadline = time.monotonic() + CONTAINER_END_WAIT_S
+        while True:
+            blamed = blame_the_peer(task, rec, self.gone())
+            if blamed is not None or time.monotonic() > deadline:
+                return blamed or outcome
+            time.sleep(CONTAINER_POLL_S)
+
     def settle(self, outcome: Outcome) -> Outcome:
         """A failure its launcher could not explain (stopped by a signal, lost) waits,
         bounded, for the cluster's word on the container: a memory kill is permanent, a
         preemption retryable, and the message says which."""
+        outcome = self.peer_first(outcome)
         task = Task.parse(outcome.task) if outcome.task else None
         if task is None or not self.gang.tells_ends or \
                 not needs_yarn_word(self.last_records.get(task)):
