@@ -706,15 +706,17 @@ def test_job_page_through_the_resourcemanager_proxy(tmp_path, apps):
     proc.communicate(timeout=120)
 
 
-# two tasks print 2,000 numbered lines each over ~30 s (a pause every 100 lines)
-NUMBERED = ('for i in $(seq 1 2000); do echo "n $i of $TFYARN_TASK_TYPE:$TFYARN_TASK_INDEX"; '
+# two tasks print 1,000 numbered lines each over ~15 s (a pause every 100 lines: the live
+# view asks every 2 s, so lines come across 7 or more of its reads)
+LINES = 1000
+NUMBERED = (f'for i in $(seq 1 {LINES}); do echo "n $i of $TFYARN_TASK_TYPE:$TFYARN_TASK_INDEX"; '
             'if [ $((i % 100)) = 0 ]; then sleep 1.5; fi; done')
 
 
 def assert_every_numbered_line_once_in_order(text: str, tasks: tuple[str, ...]) -> None:
     for task in tasks:
         got = re.findall(rf"^\[{re.escape(task)}\] (n \d+ of \S+)$", text, re.M)
-        assert got == [f"n {i} of {task}" for i in range(1, 2001)], \
+        assert got == [f"n {i} of {task}" for i in range(1, LINES + 1)], \
             f"{task}: {len(got)} lines; first wrong: " + next(
                 (f"#{k}: {x!r}" for k, x in enumerate(got) if x != f"n {k + 1} of {task}"), "-")
     assert "LogType:" not in text and "End of LogType" not in text  # no Hadoop framing

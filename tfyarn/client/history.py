@@ -133,13 +133,14 @@ class HistoryReader:
     shelves: list[Shelf]
     running: Callable[[], list[Listed]] = list
     job_dirs: Callable[[str], str | None] = lambda _job_id: None  # a kept local job's dir
+    notes: list[str] = field(default_factory=list)  # what the listing leaves out, and why
     views: dict[str, JobView] = field(default_factory=dict)  # read once: never change
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def listing(self) -> tuple[list[Listed], list[str]]:
         """Every job, newest first (running ones, then the newest LISTED kept pages), and
         what could not be read."""
-        problems: list[str] = []
+        problems: list[str] = list(self.notes)
         named: list[tuple[float, str, Shelf]] = []
         for shelf in self.shelves:
             try:

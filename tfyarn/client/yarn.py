@@ -659,11 +659,18 @@ def history_of(opts: ClientOptions, dirs: tuple[str, ...]) -> history.HistoryRea
     (where a Hadoop configuration is) and local jobs'; the running jobs of both."""
     settings, conf_dir = opts.settings, opts.hadoop_conf
     yarn = conf_dir is not None and os.path.isdir(conf_dir)
-    if not dirs:
-        dirs = (*([""] if yarn else []), settings.local_history())
     shelves: list[history.Shelf] = [
-        cluster_shelf(opts, d or None) if not d or "://" in d else history.LocalShelf(d)
-        for d in dirs]
+        cluster_shelf(opts, d) if "://" in d else history.LocalShelf(d) for d in dirs]
+    notes = []
+    if not dirs:
+        shelves.append(history.LocalShelf(settings.local_history()))
+        if not yarn:
+            notes.append("no Hadoop configuration (HADOOP_CONF_DIR, -conf): local jobs only")
+        else:  # the cluster's, where its configuration names one
+            try:
+                shelves.insert(0, cluster_shelf(opts))
+            except EnvironmentMissing as exc:
+                notes.append(f"the cluster's kept pages are not listed: {exc}")
 
     def running() -> list[history.Listed]:
         apps = []
@@ -678,7 +685,7 @@ def history_of(opts: ClientOptions, dirs: tuple[str, ...]) -> history.HistoryRea
         from tfyarn.client.jobdir import find_job_dir
 
         return find_job_dir(job_id, settings) if job_id.startswith("local_") else None
-    return history.HistoryReader(shelves, running, job_dir)
+    return history.HistoryReader(shelves, running, job_dir, notes)
 
 
 def live_tasks(store: kvmod.KV) -> list[str]:

@@ -339,8 +339,11 @@ def batches(path: str | None = None, size: int = 1024, whole: bool = False
     m, files = _files(path, (0, 1) if whole else reader())
     names = [c.name for c in m.columns]
     if m.format == "parquet":
+        held: tuple[Any, Any] = (None, None)  # (file, row group) read last, and its rows
         for f, group, start in _pieces(files, size):
-            yield _columns(_row_group(files[f], group, names).slice(start, size), names)
+            if held[0] != (f, group):
+                held = ((f, group), _row_group(files[f], group, names))
+            yield _columns(held[1].slice(start, size), names)
         return
     chunk: list[dict[str, Any]] = []
     for row in rows(path, whole):
