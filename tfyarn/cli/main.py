@@ -223,8 +223,8 @@ def _opts(conf: str | None, principal: str | None = None, keytab: str | None = N
 @tfyarn.command("status")
 @click.argument("app_id")
 @cluster_options
-@click.option("--tasks", "tasks", is_flag=True, help="while running: the per-task table "
-              "(connects to the application, slower)")
+@click.option("--tasks", "tasks", is_flag=True, help="the per-task table: while running "
+              "(connects to the application, slower), and once finished (its kept page)")
 def status_cmd(app_id: str, conf: str | None, principal: str | None, keytab: str | None,
                tasks: bool) -> int:
     """State, final status and diagnostics of an application (or of a local job id)."""
