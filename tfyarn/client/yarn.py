@@ -629,10 +629,10 @@ def status(app_id: str, opts: ClientOptions | None = None, tasks: bool = False) 
 
 def _print_kept(app_id: str, opts: ClientOptions) -> None:
     """A finished job's task table, from the page its driver kept at the end."""
-    shelf = cluster_shelf(opts)
     try:
+        shelf = cluster_shelf(opts)
         view = history.HistoryReader([shelf]).view(app_id)
-    except EnvironmentMissing as exc:
+    except EnvironmentMissing as exc:  # no NameNode named, HDFS down, no login
         print(f"(its kept page could not be read: {exc})")
         return
     if view is None:
