@@ -31,7 +31,7 @@ from tfyarn.core.records import JobView, RecordError
 from tfyarn.hdfs import webhdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime.jobpage import STYLE, render
-from tfyarn.system.serving import Serving
+from tfyarn.system.serving import Serving, http_server, send
 
 LISTED = 500  # the newest kept pages a listing reads (a day of a busy team's jobs is ~200)
 READERS = 16  # kept pages read at once (WebHDFS: two round trips each)
@@ -65,11 +65,7 @@ class LocalShelf:
                 if e.name.endswith(SUFFIX) and not e.name.startswith(".")]
 
     def read(self, job_id: str) -> str | None:
-        try:
-            with open(os.path.join(self.where, job_id + SUFFIX), encoding="utf-8") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
+        return kvmod.DirKV(self.where).get(job_id + SUFFIX)
 
 
 @dataclass
@@ -296,17 +292,7 @@ class HistoryServer:
     serving: Serving | None = None
 
     def start(self, host: str, port: int) -> str:
-        me = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                me.answer(self)
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        server = http.server.ThreadingHTTPServer((host, port), Handler)
-        server.daemon_threads = True
+        server = http_server(host, port, self.answer)
         self.serving = Serving(server).start()
         return f"http://{host}:{server.server_address[1]}/"
 
@@ -343,12 +329,4 @@ class HistoryServer:
 
 
 def _send(req: http.server.BaseHTTPRequestHandler, code: int, body: str, kind: str) -> None:
-    data = body.encode("utf-8")
-    try:
-        req.send_response(code)
-        req.send_header("Content-Type", f"{kind}; charset=utf-8")
-        req.send_header("Content-Length", str(len(data)))
-        req.end_headers()
-        req.wfile.write(data)
-    except OSError:  # the browser went away
-        return
+    send(req, code, body.encode("utf-8"), f"{kind}; charset=utf-8")

@@ -245,16 +245,10 @@ def _parquet_dataset(tf: Any, m: Manifest, files: list[str], batch_size: int | N
     scalars = [c for c in m.columns if not c.is_list]
     names = [c.name for c in scalars]
     types = {ex.INT64: tf.int64, ex.FLOAT: tf.float32, ex.BYTES: tf.string}
-    size = batch_size or 1024
-    pieces = _pieces(files, size)
-    held: dict[str, Any] = {}  # the row group read last: pieces come in order
+    pieces = _Pieces(files, batch_size or 1024, names)
 
     def piece(k: Any) -> list[Any]:
-        f, group, start = pieces[int(k)]
-        if held.get("at") != (f, group):
-            held.clear()
-            held.update(at=(f, group), table=_row_group(files[f], group, names))
-        part = _columns(held["table"].slice(start, size), names)
+        part = pieces.read(int(k))
         return [part[n] for n in names]
 
     def named(*cols: Any) -> dict[str, Any]:
@@ -263,31 +257,40 @@ def _parquet_dataset(tf: Any, m: Manifest, files: list[str], batch_size: int | N
     options = tf.data.Options()  # the footers' plan is the state; the reads are pure
     options.experimental_external_state_policy = \
         tf.data.experimental.ExternalStatePolicy.IGNORE
-    ds = tf.data.Dataset.range(len(pieces)).map(
+    ds = tf.data.Dataset.range(len(pieces.plan)).map(
         lambda k: tf.py_function(piece, [k], [types[c.kind] for c in scalars])).map(named)
     ds = ds.with_options(options)
     return ds if batch_size else ds.unbatch()
 
 
-def _pieces(files: list[str], size: int) -> list[tuple[int, int, int]]:
-    """(file index, row group, first row) of every `size`-row piece, from the footers."""
-    import pyarrow.parquet as pq
+class _Pieces:
+    """A Parquet share in `size`-row pieces, numbered from the files' footers: piece k
+    (`plan[k]`: file index, row group, first row) as numpy columns, a null its kind's
+    default. Pieces are read in order, so the row group read last is kept for the next."""
 
-    out = []
-    for f, url in enumerate(files):
-        with open_file(url) as fh:
-            meta = pq.ParquetFile(fh).metadata
-        for group in range(meta.num_row_groups):
-            rows = meta.row_group(group).num_rows
-            out += [(f, group, start) for start in range(0, rows, size)]
-    return out
+    def __init__(self, files: list[str], size: int, names: list[str]) -> None:
+        import pyarrow.parquet as pq
 
+        self.files, self.size, self.names = files, size, names
+        self.plan: list[tuple[int, int, int]] = []
+        for f, url in enumerate(files):
+            with open_file(url) as fh:
+                meta = pq.ParquetFile(fh).metadata
+            for group in range(meta.num_row_groups):
+                rows = meta.row_group(group).num_rows
+                self.plan += [(f, group, start) for start in range(0, rows, size)]
+        self.held: tuple[tuple[int, int] | None, Any] = (None, None)
 
-def _row_group(url: str, group: int, names: list[str]) -> Any:
-    import pyarrow.parquet as pq
+    def read(self, k: int) -> dict[str, Any]:
+        import pyarrow.parquet as pq
 
-    with open_file(url) as fh:
-        return pq.ParquetFile(fh).read_row_group(group, columns=names)
+        f, group, start = self.plan[k]
+        if self.held[0] != (f, group):
+            with open_file(self.files[f]) as fh:
+                table = pq.ParquetFile(fh).read_row_group(group, columns=self.names)
+            self.held = ((f, group), table)
+        part = self.held[1].slice(start, self.size)
+        return {n: _filled(part.column(n)).to_numpy() for n in self.names}
 
 
 def _filled(col: Any) -> Any:
@@ -339,11 +342,9 @@ def batches(path: str | None = None, size: int = 1024, whole: bool = False
     m, files = _files(path, (0, 1) if whole else reader())
     names = [c.name for c in m.columns]
     if m.format == "parquet":
-        held: tuple[Any, Any] = (None, None)  # (file, row group) read last, and its rows
-        for f, group, start in _pieces(files, size):
-            if held[0] != (f, group):
-                held = ((f, group), _row_group(files[f], group, names))
-            yield _columns(held[1].slice(start, size), names)
+        pieces = _Pieces(files, size, names)
+        for k in range(len(pieces.plan)):
+            yield pieces.read(k)
         return
     chunk: list[dict[str, Any]] = []
     for row in rows(path, whole):
@@ -370,10 +371,6 @@ def _stacked(columns: Any, chunk: list[dict[str, Any]]) -> dict[str, Any]:
             default = {ex.INT64: 0, ex.FLOAT: 0.0, ex.BYTES: ""}[c.kind]
             out[c.name] = np.array([default if v is None else v for v in values])
     return out
-
-
-def _columns(table: Any, names: list[str]) -> dict[str, Any]:
-    return {n: _filled(table.column(n)).to_numpy() for n in names}
 
 
 def _plain(c: Any, parsed: tuple[str, list] | None) -> Any:

@@ -593,12 +593,10 @@ def serve_page(spec: JobSpec, site: Site, settings: Settings, host: str,
                logs_dir: str | None, began: float) -> JobPage | None:
     """Start the job page and publish its URL (on YARN: registered with skein's web UI);
     a page that cannot start never stops the job."""
-    from tfyarn.runtime.jobpage import JobPage, read_view
-
-    job_id = settings.job_id or "unknown"
+    from tfyarn.runtime.jobpage import JobPage
 
     def view() -> JobView:
-        return read_view(spec, site.store, job_id, began, site.log_links(spec), settings.user)
+        return page_view(spec, site, settings, began)
 
     def log_file(name: str) -> str | None:
         ok = logs_dir and name in {c.name for c in spec.containers()}
@@ -614,14 +612,19 @@ def serve_page(spec: JobSpec, site: Site, settings: Settings, host: str,
         return None
 
 
+def page_view(spec: JobSpec, site: Site, settings: Settings, began: float) -> JobView:
+    """What the job's page shows now (served live, and kept at the end)."""
+    from tfyarn.runtime.jobpage import read_view
+
+    return read_view(spec, site.store, settings.job_id or "unknown", began,
+                     site.log_links(spec), settings.user)
+
+
 def save_page(spec: JobSpec, site: Site, settings: Settings, began: float) -> None:
     """Keep the job's final page for `tfyarn history` (and `tfyarn status --tasks` once
     the application is gone); a page that cannot be kept never changes the verdict."""
-    from tfyarn.runtime.jobpage import read_view
-
     try:
-        view = read_view(spec, site.store, settings.job_id or "unknown", began,
-                         site.log_links(spec), settings.user)
+        view = page_view(spec, site, settings, began)
         where = site.save_page(spec, replace(view, ended=time.time()), settings)
     except (EnvironmentMissing, StoreGone, OSError) as exc:  # HDFS, the disk, the store
         say(f"the job's page was not kept for `tfyarn history`: {exc}", "driver")

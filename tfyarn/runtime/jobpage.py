@@ -11,7 +11,6 @@ Must not write to the store or decide anything: it shows what `taskstate` reads.
 
 from __future__ import annotations
 
-import contextlib
 import html
 import http.server
 import os
@@ -19,7 +18,6 @@ import time
 import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
@@ -29,7 +27,7 @@ from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import PAGE_REFRESH_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.system.serving import Serving
+from tfyarn.system.serving import Serving, http_server, send
 
 STYLE = """body{font-family:sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
@@ -112,17 +110,7 @@ class JobPage:
     serving: Serving | None = field(default=None, init=False)
 
     def start(self, host: str) -> str:
-        page = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802
-                page.answer(self)
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        server = http.server.ThreadingHTTPServer((host, 0), Handler)
-        server.daemon_threads = True
+        server = http_server(host, 0, self.answer)
         self.serving = Serving(server).start()
         return f"http://{host}:{server.server_address[1]}/"
 
@@ -131,24 +119,16 @@ class JobPage:
         if path.startswith("/logs/"):
             file = self.log_file(urllib.parse.unquote(path[len("/logs/"):]))
             if file is None or not os.path.isfile(file):
-                return _send(req, 404, b"no such log", "text/plain")
+                return send(req, 404, b"no such log", "text/plain")
             with open(file, "rb") as f:
-                return _send(req, 200, f.read(), "text/plain; charset=utf-8")
+                return send(req, 200, f.read(), "text/plain; charset=utf-8")
         try:
             body = render(self.view()).encode()
         except (StoreGone, OSError) as exc:  # the store went away while the page was asked for
-            return _send(req, 503, f"job state unavailable: {exc}".encode(), "text/plain")
-        _send(req, 200, body, "text/html; charset=utf-8")
+            return send(req, 503, f"job state unavailable: {exc}".encode(), "text/plain")
+        send(req, 200, body, "text/html; charset=utf-8")
 
     def stop(self) -> None:
         if self.serving is not None:
             self.serving.stop()
 
-
-def _send(req: http.server.BaseHTTPRequestHandler, code: int, body: bytes, kind: str) -> None:
-    with contextlib.suppress(OSError):
-        req.send_response(code)
-        req.send_header("Content-Type", kind)
-        req.send_header("Content-Length", str(len(body)))
-        req.end_headers()
-        req.wfile.write(body)

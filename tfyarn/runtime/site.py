@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import os
 import posixpath
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,15 +63,10 @@ class Site:
 
     def save_page(self, spec: JobSpec, view: JobView, settings: Settings) -> str:
         """Keep the final page in the history dir (locally a dir the client names) as
-        JOB_ID.json, renamed in whole; where it went."""
+        JOB_ID.json, renamed in whole (as the store's puts are); where it went."""
         folder = spec.history_dir or settings.local_history()
-        os.makedirs(folder, exist_ok=True)
-        path = os.path.join(folder, f"{view.job_id}.json")
-        fd, temp = tempfile.mkstemp(prefix=f".{view.job_id}.", dir=folder)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(view.to_json())
-        os.replace(temp, path)
-        return path
+        kvmod.DirKV(folder).put(f"{view.job_id}.json", view.to_json())
+        return os.path.join(folder, f"{view.job_id}.json")
 
 
 @dataclass
