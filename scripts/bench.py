@@ -251,13 +251,13 @@ def data_rates(rows: int) -> dict[str, float]:
                   ("tfyarn_parquet", lambda p: tds.write(df, p, format="parquet")),
                   ("tfyarn_tfrecord", lambda p: tds.write(df, p)))
         best: dict[str, float] = {}
-        for rep in range(3):  # interleaved, best of 3: the first write also warms the JVM
+        for rep in range(5):  # interleaved, best of 5: the first write also warms the JVM
             for name, fn in writes:
                 path = os.path.join(tmp, f"{name}{rep}")
                 t0 = time.monotonic()
                 fn(path)
                 best[name] = min(best.get(name, math.inf), time.monotonic() - t0)
-                if rep < 2:
+                if rep < 4:  # the last ones are read below
                     shutil.rmtree(path, ignore_errors=True)
         for name, seconds in best.items():
             out[f"write_{name}_rows_s"] = round(rows / seconds)
@@ -265,8 +265,8 @@ def data_rates(rows: int) -> dict[str, float]:
                                             / out["write_spark_parquet_rows_s"], 2)
         out["write_parquet_ratio"] = round(out["write_tfyarn_parquet_rows_s"]
                                            / out["write_spark_parquet_rows_s"], 2)
-        out.update(_read_rates(read, os.path.join(tmp, "tfyarn_tfrecord2"), rows))
-        out.update(_batch_rates(read, os.path.join(tmp, "tfyarn_parquet2"), rows,
+        out.update(_read_rates(read, os.path.join(tmp, "tfyarn_tfrecord4"), rows))
+        out.update(_batch_rates(read, os.path.join(tmp, "tfyarn_parquet4"), rows,
                                 out["read_bare_tfrecord_rows_s"]))
     finally:
         spark.stop()

@@ -3,6 +3,7 @@ and the readers tasks use. Real Spark, real TensorFlow, real files."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -108,6 +109,94 @@ def test_the_batch_encoder_gives_the_reference_bytes():
         assert got == ex.example({n: (k, v) for (n, k, _), v in zip(columns, row, strict=True)})
 
 
+def arrow_rows(n: int, seed: int = 11):
+    """An Arrow batch of every column shape Spark hands the writer (narrow ints, bools,
+    doubles, strings and binaries, large ones, lists of each, nulls, empty lists, multi-byte
+    lengths), and its columns as the writer describes them."""
+    import random
+
+    import pyarrow as pa
+
+    rng = random.Random(seed)
+    pick = rng.choice
+    data = {
+        "age": (pa.int64(), [pick([None, rng.randint(-2**63, 2**63 - 1), 7]) for _ in range(n)]),
+        "small": (pa.int8(), [pick([None, -128, 127, 0]) for _ in range(n)]),
+        "flag": (pa.bool_(), [pick([None, True, False]) for _ in range(n)]),
+        "w": (pa.float64(), [pick([rng.random() * 1e6, 0.0, -0.0, float("nan"), float("inf"),
+                                   None]) for _ in range(n)]),
+        "f32": (pa.float32(), [pick([1.5, None, -2.25]) for _ in range(n)]),
+        "name": (pa.string(), [pick([None, "", "é" * rng.randint(0, 200), "same"])
+                               for _ in range(n)]),
+        "long_name": (pa.large_string(), [pick(["x" * 20000, "y", None]) for _ in range(n)]),
+        "blob": (pa.binary(), [pick([b"\x00\xff", b"", None]) for _ in range(n)]),
+        "ids": (pa.list_(pa.int64()), [pick([None, [], [rng.randint(-5, 10**12)
+                                                     for _ in range(3)]]) for _ in range(n)]),
+        "ab": (pa.list_(pa.float64()), [pick([[0.5, -2.0], [], None]) for _ in range(n)]),
+        "tags": (pa.large_list(pa.string()), [pick([["p", "", "q" * 300], [], None])
+                                              for _ in range(n)]),
+    }
+    kinds = {"age": ex.INT64, "small": ex.INT64, "flag": ex.INT64, "w": ex.FLOAT,
+             "f32": ex.FLOAT, "name": ex.BYTES, "long_name": ex.BYTES, "blob": ex.BYTES,
+             "ids": ex.INT64, "ab": ex.FLOAT, "tags": ex.BYTES}
+    batch = pa.record_batch({k: pa.array(v, t) for k, (t, v) in data.items()})
+    return batch, [(k, kinds[k], k in ("ids", "ab", "tags")) for k in data]
+
+
+def reference_records(batch, columns) -> bytes:
+    """`example()`'s bytes (TF's own, as the tests above show) for each row, framed."""
+    rows = batch.to_pylist()
+    return b"".join(ex.record(ex.example({n: (k, r[n]) for n, k, _ in columns}))
+                    for r in rows)
+
+
+def test_the_c_encoder_gives_the_reference_bytes_for_every_column_shape():
+    """The writer's C encoder (built from source here) equals `example()` row by row,
+    whole batches and slices of them (Arrow offsets), and carries the file's CRC over
+    batches."""
+    from tfyarn.data import columnar
+
+    batch, columns = arrow_rows(400)
+    encode = columnar.encoder(columns)
+    whole, crc = encode(batch, 0)
+    assert bytes(whole) == reference_records(batch, columns) and crc == ex.crc32c(whole)
+    first, crc = encode(batch.slice(0, 123), 0)
+    rest, crc = encode(batch.slice(123), crc)
+    assert bytes(first) + bytes(rest) == bytes(whole) and crc == ex.crc32c(whole)
+    empty, crc = encode(batch.slice(0, 0), 5)
+    assert bytes(empty) == b"" and crc == 5
+
+
+def test_a_null_inside_an_array_is_refused_by_column():
+    import pyarrow as pa
+
+    from tfyarn.data import columnar
+
+    batch = pa.record_batch({"v": pa.array([[1, None]], pa.list_(pa.int64()))})
+    with pytest.raises(SpecError, match="column 'v' has a null inside an array"):
+        columnar.encoder([("v", ex.INT64, True)])(batch, 0)
+
+
+def test_without_a_compiler_the_writer_says_so_and_encodes_the_same_bytes(
+        tmp_path, monkeypatch, capsys):
+    from tfyarn.core.errors import EnvironmentMissing
+    from tfyarn.data import columnar
+    from tfyarn.data import spark as tds
+
+    batch, columns = arrow_rows(50, seed=3)
+    monkeypatch.setenv("TFYARN_CACHE", str(tmp_path))  # nothing built here yet
+    monkeypatch.setenv("CC", str(tmp_path / "no-cc"))
+    columnar.library.cache_clear()
+    try:
+        with pytest.raises(EnvironmentMissing, match="needs a compiler"):
+            columnar.encoder(columns)
+        chunk, crc = tds._encoder(columns)(batch, 0)
+    finally:
+        columnar.library.cache_clear()
+    assert "encoding TFRecords in Python instead (slower)" in capsys.readouterr().err
+    assert bytes(chunk) == reference_records(batch, columns) and crc == ex.crc32c(chunk)
+
+
 def test_spark_types_map_to_example_features(spark, tmp_path):
     from tfyarn.data import spark as tds
 
@@ -196,7 +285,19 @@ tds.write(spark.createDataFrame(rdd, "id long, s string"), {str(path)!r})
     assert m.rows == 15 and sorted(r["id"] for r in read.rows(str(path))) == list(range(15))
 
 
-def test_a_retried_task_leaves_no_duplicate_and_no_missing_row(spark, tmp_path, monkeypatch):
+@contextlib.contextmanager
+def arrow_batches(spark, rows: int):
+    """The writer's tasks get their rows in Arrow batches of `rows` (Spark's setting), so
+    a task that dies half-way has written some."""
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    spark.conf.set(key, str(rows))
+    try:
+        yield
+    finally:
+        spark.conf.unset(key)
+
+
+def test_a_retried_task_leaves_no_duplicate_and_no_missing_row(spark, tmp_path):
     """Each partition's first attempt dies half-way after its writer wrote rows; Spark
     retries it: the manifest names only the successful attempts' files."""
     from pyspark import TaskContext
@@ -211,8 +312,8 @@ def test_a_retried_task_leaves_no_duplicate_and_no_missing_row(spark, tmp_path, 
 
     rdd = spark.sparkContext.parallelize(range(3), 3).flatMap(flaky)
     path = tmp_path / "ds"
-    monkeypatch.setattr(tds, "BATCH_ROWS", 50)  # rows written before the failure: 100
-    m = tds.write(spark.createDataFrame(rdd, "id long, s string"), str(path))
+    with arrow_batches(spark, 50):  # rows written before the failure: 100
+        m = tds.write(spark.createDataFrame(rdd, "id long, s string"), str(path))
     ids = [r["id"] for r in read.rows(str(path))]
     assert len(ids) == len(set(ids)) == 600 == m.rows
     assert sorted(ids) == sorted(i * 1000 + j for i in range(3) for j in range(200))
@@ -556,7 +657,7 @@ def test_a_failed_streamed_write_fails_its_readers_with_sparks_reason(spark, tmp
     assert "injected" in tds.spark_reason(w.error)
 
 
-def test_a_retried_task_of_a_streamed_write_commits_once(spark, tmp_path, monkeypatch):
+def test_a_retried_task_of_a_streamed_write_commits_once(spark, tmp_path):
     """The first attempt of each partition dies half-way (its writer sees its input end
     early and finishes its own loop, but Spark fails the task): only the retries' files
     are committed. No duplicate, no missing row, one file each."""
@@ -570,10 +671,10 @@ def test_a_retried_task_of_a_streamed_write_commits_once(spark, tmp_path, monkey
                 raise RuntimeError("injected: the first attempt dies half-way")
             yield (i * 1000 + j,)
 
-    monkeypatch.setattr(tds, "BATCH_ROWS", 50)
     df = spark.createDataFrame(spark.sparkContext.parallelize(range(3), 3).flatMap(flaky),
                                "id long")
-    m = tds.write(df, str(tmp_path / "ds"), stream=True)
+    with arrow_batches(spark, 50):
+        m = tds.write(df, str(tmp_path / "ds"), stream=True)
     ids = [r["id"] for r in read.rows(str(tmp_path / "ds"))]
     assert m.sealed and len(m.shards) == 3 and len(ids) == len(set(ids)) == 600
 

@@ -245,7 +245,7 @@ class _Run:
         if not keep_data:  # this run's dir, every dataset in it
             from tfyarn.data import spark as tds
 
-            tds.HadoopFs(self.spark, tds.qualified(self.root)).remove()
+            tds.filesystem(self.spark, self.root).remove()
         if self.ours:
             self.spark.stop()
 

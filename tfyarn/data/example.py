@@ -229,10 +229,12 @@ def _crc32c_compiled() -> Any:
 _compiled = _crc32c_compiled()
 
 
-def crc32c(data: bytes, crc: int = 0) -> int:
+def crc32c(data: bytes | memoryview, crc: int = 0) -> int:
     """CRC-32C (Castagnoli), as TFRecord uses, continuing from `crc` (a running CRC of
-    what came before); the compiled one when installed."""
-    return int(_compiled(crc, data)) if _compiled is not None else _crc32c_table(data, crc)
+    what came before); the compiled one when installed (it takes bytes only)."""
+    if _compiled is None:
+        return _crc32c_table(data, crc)
+    return int(_compiled(crc, data if isinstance(data, bytes) else bytes(data)))
 
 
 def _masked(crc: int) -> int:

@@ -12,15 +12,13 @@ Must not import tensorflow at module level: the CLI and the launcher import this
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from tfyarn.core.errors import EnvironmentMissing
-from tfyarn.core.settings import Settings, krb5_java_options
+from tfyarn.core.settings import krb5_java_options
+from tfyarn.system import native
 
 SOURCE = Path(__file__).parent / "native" / "hdfs_plugin.cc"
 HOOK_DIR = str(Path(__file__).parent / "hook")
@@ -30,7 +28,7 @@ SCHEMES = ("hdfs", "viewfs")
 
 def cache_roots() -> list[Path]:
     """Where built plugins are kept, first usable wins (Settings.cache_dirs says why)."""
-    return [Path(d) / "hdfs-plugin" for d in Settings.from_environ().cache_dirs()]
+    return native.roots("hdfs-plugin")
 
 
 def plugin_file(tf_version: str, root: Path) -> Path:
@@ -40,32 +38,13 @@ def plugin_file(tf_version: str, root: Path) -> Path:
 
 def build(tf: Any) -> Path:
     """The plugin for the imported `tf`, built with its own compile and link flags if it
-    is not cached yet (written to a temp name, then renamed: concurrent tasks are safe)."""
-    for root in cache_roots():
-        target = plugin_file(tf.__version__, root)
-        if target.exists():
-            return target
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            break
-        except OSError:
-            continue
+    is not cached yet."""
     cxx = os.environ.get("CXX", "g++")
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
-    os.close(fd)
-    cmd = [cxx, "-shared", "-fPIC", "-O2", *tf.sysconfig.get_compile_flags(), str(SOURCE),
-           "-o", tmp, *tf.sysconfig.get_link_flags(), "-ldl"]
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True)
-    except FileNotFoundError:
-        os.unlink(tmp)
-        raise EnvironmentMissing(f"building tfyarn's hdfs:// plugin needs a C++ compiler "
-                                 f"({cxx} not found; set CXX or apt-get install g++)") from None
-    if r.returncode != 0:
-        os.unlink(tmp)
-        raise EnvironmentMissing(f"building tfyarn's hdfs:// plugin failed:\n{r.stderr[-2000:]}")
-    os.replace(tmp, target)
-    return target
+    return native.built(
+        "hdfs-plugin", str(plugin_file(tf.__version__, Path())),
+        lambda out: [cxx, "-shared", "-fPIC", "-O2", *tf.sysconfig.get_compile_flags(),
+                     str(SOURCE), "-o", out, *tf.sysconfig.get_link_flags(), "-ldl"],
+        "tfyarn's hdfs:// plugin")
 
 
 def register(tf: Any, setting: str = "auto") -> str | None:
