@@ -266,7 +266,8 @@ def data_rates(rows: int) -> dict[str, float]:
         out["write_parquet_ratio"] = round(out["write_tfyarn_parquet_rows_s"]
                                            / out["write_spark_parquet_rows_s"], 2)
         out.update(_read_rates(read, os.path.join(tmp, "tfyarn_tfrecord4"), rows))
-        out.update(_batch_rates(read, os.path.join(tmp, "tfyarn_parquet4"), rows,
+        out.update(_batch_rates(read, os.path.join(tmp, "tfyarn_parquet4"),
+                                os.path.join(tmp, "tfyarn_tfrecord4"), rows,
                                 out["read_bare_tfrecord_rows_s"]))
     finally:
         spark.stop()
@@ -297,13 +298,15 @@ def _read_rates(read, path: str, rows: int) -> dict[str, float]:
     n = sum(1 for _ in read.rows(path))
     plain = n / (time.monotonic() - t0)
     return {"read_bare_tfrecord_rows_s": round(bare), "read_tfyarn_dataset_rows_s": round(ours),
-            "read_ratio": round(ours / bare, 2), "read_tfyarn_rows_python_rows_s": round(plain)}
+            "read_ratio": round(ours / bare, 2), "read_tfyarn_rows_rows_s": round(plain)}
 
 
-def _batch_rates(read, path: str, rows: int, tf_data_rows_s: float) -> dict[str, float]:
-    """tfyarn.data.batches() of the Parquet dataset (pyarrow, no TensorFlow), and its
-    tf.data form (checkpointable), against the bare tf.data TFRecord read of the same rows
-    (target: batches >= 0.5x)."""
+def _batch_rates(read, path: str, tfrecord: str, rows: int,
+                 tf_data_rows_s: float) -> dict[str, float]:
+    """tfyarn.data.batches() of the Parquet dataset (pyarrow, no TensorFlow) and of the
+    TFRecord one (tfyarn's C decoder), and the Parquet one's tf.data form
+    (checkpointable), against the bare tf.data TFRecord read of the same rows (target:
+    batches >= 0.5x)."""
     import tensorflow as tf
 
     def rate(sizes) -> float:  # sizes: each batch's row count, as it is read
@@ -314,10 +317,14 @@ def _batch_rates(read, path: str, rows: int, tf_data_rows_s: float) -> dict[str,
 
     ours = statistics.median(rate(len(b["n0"]) for b in read.batches(path, 1024))
                              for _ in range(3))
+    ours_tfrecord = statistics.median(rate(len(b["n0"]) for b in read.batches(tfrecord, 1024))
+                                      for _ in range(3))
     tf_parquet = statistics.median(rate(int(tf.shape(b["n0"])[0]) for b in
                                         read.dataset(path, 1024)) for _ in range(3))
     return {"read_tfyarn_batches_parquet_rows_s": round(ours),
             "batches_over_tf_data": round(ours / tf_data_rows_s, 2),
+            "read_tfyarn_batches_tfrecord_rows_s": round(ours_tfrecord),
+            "batches_tfrecord_over_tf_data": round(ours_tfrecord / tf_data_rows_s, 2),
             "read_tfyarn_dataset_parquet_rows_s": round(tf_parquet),
             "target_batches_over_tf_data": 0.5}
 

@@ -197,6 +197,67 @@ def test_without_a_compiler_the_writer_says_so_and_encodes_the_same_bytes(
     assert bytes(chunk) == reference_records(batch, columns) and crc == ex.crc32c(chunk)
 
 
+def tfrecord_dataset(folder: Path, columns, data: list[bytes], files: int = 2) -> None:
+    """A committed TFRecord dataset of these records in `files` shards, written as the
+    writer's tasks and driver write one (no Spark needed)."""
+    from tfyarn.data.manifest import Column, Manifest
+
+    folder.mkdir()
+    shards, per = [], -(-len(data) // files)
+    for i in range(files):
+        chunk = b"".join(ex.record(d) for d in data[i * per:(i + 1) * per])
+        (folder / f"part-{i}.tfrecord").write_bytes(chunk)
+        shards.append(Shard(f"part-{i}.tfrecord", len(data[i * per:(i + 1) * per]),
+                            len(chunk), ex.crc32c(chunk)))
+    m = Manifest("tfrecord", tuple(Column(*c) for c in columns), tuple(shards))
+    (folder / NAME).write_text(m.to_json())
+
+
+def test_rows_and_batches_of_tfrecords_decode_in_c_as_the_python_parser_does(
+        tmp_path, monkeypatch, capsys):
+    """rows() and batches() read TFRecords through the C decoder: the same rows as the
+    row-by-row Python parser they fall back to without a compiler, batches of `size`
+    rows up to each file's end."""
+    from tfyarn.data import columnar
+
+    batch, columns = arrow_rows(300, seed=5)
+    columns = [c for c in columns if c[0] != "blob"]  # not UTF-8: rows() keeps it bytes
+    data = [ex.example({n: (k, r[n]) for n, k, _ in columns}) for r in batch.to_pylist()]
+    tfrecord_dataset(tmp_path / "ds", columns, data)
+    fast = list(read.rows(str(tmp_path / "ds"), whole=True))
+    sizes = [len(b["age"]) for b in read.batches(str(tmp_path / "ds"), 64, whole=True)]
+    assert sizes == [64, 64, 22] * 2
+    monkeypatch.setenv("TFYARN_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("CC", str(tmp_path / "no-cc"))
+    columnar.library.cache_clear()
+    try:
+        slow = list(read.rows(str(tmp_path / "ds"), whole=True))
+    finally:
+        columnar.library.cache_clear()
+    assert "decoding TFRecords in Python instead (slower)" in capsys.readouterr().err
+    assert len(fast) == 300 and json.dumps(fast) == json.dumps(slow)
+
+
+def test_the_c_decoder_refuses_corrupt_cut_and_foreign_records(tmp_path):
+    from tfyarn.data import columnar
+
+    columns = [("id", ex.INT64, False), ("s", ex.BYTES, False)]
+    data = [ex.example({"id": (ex.INT64, i), "s": (ex.BYTES, f"r{i}")}) for i in range(20)]
+    tfrecord_dataset(tmp_path / "ds", columns, data, files=1)
+    part = tmp_path / "ds" / "part-0.tfrecord"
+    good = part.read_bytes()
+    decode = columnar.decoder(columns)
+    assert decode(good[:-3], 100)[0].num_rows == 19  # the cut record is left for later
+    part.write_bytes(good[:-3])
+    with pytest.raises(ValueError, match="truncated TFRecord"):
+        list(read.rows(str(tmp_path / "ds"), whole=True))
+    part.write_bytes(good[:40] + bytes([good[40] ^ 1]) + good[41:])
+    with pytest.raises(ValueError, match="corrupt TFRecord data"):
+        list(read.rows(str(tmp_path / "ds"), whole=True))
+    with pytest.raises(SpecError, match="column 'id': a record at byte 0 holds another kind"):
+        columnar.decoder([("id", ex.FLOAT, False)])(good, 100)
+
+
 def test_spark_types_map_to_example_features(spark, tmp_path):
     from tfyarn.data import spark as tds
 

@@ -1,12 +1,15 @@
-"""Arrow record batches to TFRecord bytes, column-wise in C (native/tfrecord.c via ctypes).
+"""Arrow record batches to and from TFRecord bytes, column-wise in C (native/tfrecord.c,
+through ctypes).
 
-Spark hands a writer's Python its rows as Arrow batches (`mapInArrow`); encoding them row
-by row in Python ran at a quarter of Spark's own Parquet write. Here pyarrow normalizes each
-column (int64, float32 or binary values; scalars or lists), and one C call per batch writes
-every record: the Example protobuf, TFRecord's length and CRCs, and the file's running
-CRC-32C. The library is built from source on first use (`system.native`); where no C
-compiler is found, `encoder` says so and the caller falls back to `example.batch_encoder`
-(the same bytes, slower).
+Writing: Spark hands a writer's Python its rows as Arrow batches (`mapInArrow`); encoding
+them row by row in Python ran at a quarter of Spark's own Parquet write. Here pyarrow
+normalizes each column (int64, float32 or binary values; scalars or lists), and one C call
+per batch writes every record: the Example protobuf, TFRecord's length and CRCs, and the
+file's running CRC-32C. Reading (`rows()`, `batches()`): one C pass counts a buffer's
+records' values, a second fills the Arrow arrays (Python's parser read 17,000 rows/s).
+The library is built from source on first use (`system.native`); where no C compiler is
+found, `encoder` and `decoder` say so and callers fall back to `example`'s Python (the
+same bytes and rows, slower).
 Must give exactly `example.example`'s bytes for every row (tests compare them); must not
 import pyarrow or numpy at module level (the writer's driver side imports this module).
 """
@@ -127,3 +130,111 @@ def _describe(name: str, kind: str, is_list: bool, arr: Any, keep: list[Any],
     else:
         col.data = _address(values.buffers()[1])
     return col
+
+
+# ---------------------------------------------------------------- reading
+
+
+class _Field(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_char_p), ("key_len", ctypes.c_int64),
+                ("kind", ctypes.c_int32), ("is_list", ctypes.c_int32),
+                ("values", ctypes.c_int64), ("bytes", ctypes.c_int64),
+                ("present", ctypes.c_void_p), ("list_offsets", ctypes.c_void_p),
+                ("value_offsets", ctypes.c_void_p), ("data", ctypes.c_void_p),
+                ("last_row", ctypes.c_int64)]
+
+
+_READ_ERRORS = {-1: "corrupt TFRecord length", -2: "corrupt TFRecord data",
+                -3: "malformed tf.train.Example"}
+
+Decode = Callable[[Any, int], tuple[Any, int]]  # (buffer, rows) -> (Arrow batch, bytes)
+
+
+def decoder(columns: Sequence[tuple[str, str, bool]]) -> Decode:
+    """`decode(buffer, rows)`: up to `rows` whole TFRecords from the start of `buffer` as
+    an Arrow batch of these columns `(name, kind, is_list)` (a scalar: its first value, a
+    null where the row has none; a list: its values; bytes as strings where a batch's
+    are all UTF-8), and the bytes they took (a record cut at the end is left). Checks both
+    CRCs. Raises EnvironmentMissing where the C library cannot be built."""
+    import numpy as np
+
+    lib = library()
+    lib.tfr_read.restype = ctypes.c_int64
+    lib.tfr_read.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32,
+                             ctypes.POINTER(_Field), ctypes.c_int32,
+                             ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32)]
+    keys = [name.encode() for name, _, _ in columns]
+
+    def decode(buffer: Any, rows: int) -> tuple[Any, int]:
+        view = np.frombuffer(buffer, dtype=np.uint8)
+        fields = (_Field * len(columns))(*(
+            _Field(key=key, key_len=len(key), kind=_KINDS[kind], is_list=int(is_list))
+            for key, (_, kind, is_list) in zip(keys, columns, strict=True)))
+        used, bad = ctypes.c_int64(0), ctypes.c_int32(-1)
+        args = (view.ctypes.data, len(view), rows, len(columns), fields)
+        n = lib.tfr_read(*args, 1, ctypes.byref(used), ctypes.byref(bad))
+        if n < 0:
+            _refuse(n, columns, bad.value, used.value)
+        held = [_sized(f, n) for f in fields]  # the arrays pass 2 fills
+        lib.tfr_read(*args, 2, ctypes.byref(used), ctypes.byref(bad))
+        return _batch(columns, fields, held, n), used.value
+
+    return decode
+
+
+def _refuse(code: int, columns: Sequence[tuple[str, str, bool]], bad: int, at: int) -> None:
+    if code == -4:
+        name, kind, _ = columns[bad]
+        raise SpecError(f"column {name!r}: a record at byte {at} holds another kind than "
+                        f"the manifest's {kind}; was the dataset written by tfyarn.data?")
+    raise ValueError(f"{_READ_ERRORS[code]} (the record at byte {at})")
+
+
+def _sized(f: _Field, rows: int) -> dict[str, Any]:
+    """The arrays of one column, as pass 1 counted them, their addresses set in `f`."""
+    import numpy as np
+
+    dtype = {0: np.uint8, 1: np.float32, 2: np.int64}[f.kind]
+    held = {"data": np.empty(f.bytes if f.kind == 0 else f.values, dtype=dtype)}
+    if f.is_list:
+        held["list_offsets"] = np.empty(rows + 1, dtype=np.int32)
+    else:
+        held["present"] = np.empty(rows, dtype=np.uint8)
+    if f.kind == 0:
+        held["value_offsets"] = np.empty(f.values + 1, dtype=np.int32)
+    for name, array in held.items():
+        setattr(f, name, array.ctypes.data)
+    return held
+
+
+def _batch(columns: Sequence[tuple[str, str, bool]], fields: Any,
+           held: list[dict[str, Any]], rows: int) -> Any:
+    import numpy as np
+    import pyarrow as pa
+
+    arrays = []
+    for (_, kind, is_list), f, h in zip(columns, fields, held, strict=True):
+        count = f.values
+        valid = None
+        if not is_list and not h["present"].all():
+            valid = pa.py_buffer(np.packbits(h["present"], bitorder="little"))
+        buffers = [pa.py_buffer(h["value_offsets"]), pa.py_buffer(h["data"])] \
+            if kind == ex.BYTES else [pa.py_buffer(h["data"])]
+        values = pa.Array.from_buffers(_value_type(kind), count,
+                                       [None if is_list else valid, *buffers])
+        if kind == ex.BYTES:
+            values = _text(values)
+        arrays.append(pa.ListArray.from_arrays(pa.array(h["list_offsets"]), values)
+                      if is_list else values)
+    return pa.RecordBatch.from_arrays(arrays, names=[n for n, _, _ in columns])
+
+
+def _text(values: Any) -> Any:
+    """Bytes values as strings where they are all UTF-8 (names, categories); else as
+    they are (images, serialized tensors), which no string could hold."""
+    import pyarrow as pa
+
+    try:
+        return values.cast(pa.string())
+    except pa.ArrowInvalid:  # not UTF-8: the bytes themselves are the values
+        return values

@@ -28,7 +28,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-from tfyarn.core.errors import SpecError, TfYarnError
+from tfyarn.core.errors import EnvironmentMissing, SpecError, TfYarnError
 from tfyarn.data import example as ex
 from tfyarn.data.manifest import NAME, Manifest, Shard, split
 
@@ -37,6 +37,8 @@ SCHEMA_VAR = "TFYARN_DATA_SCHEMA"  # the first one's columns (JSON)
 FOLLOW_VAR = "TFYARN_DATA_FOLLOW_S"  # a streamed dataset that grows not for this long fails
 FOLLOW_S = 900.0
 POLL_S = 0.25  # a streamed dataset's manifest, looked at this often while waiting
+CHUNK_BYTES = 8 << 20  # TFRecord bytes the C decoder is given at once
+ROWS_AT_ONCE = 4096  # rows() decodes this many at a time
 
 
 class WriteFailed(TfYarnError):
@@ -312,8 +314,7 @@ def rows(path: str | None = None, whole: bool = False) -> Iterator[dict[str, Any
     value (None where the row had a null)."""
     path = path or _first_path()
     m, files = _files(path, (0, 1) if whole else reader())
-    files = files if isinstance(files, list) else (
-        f"{path.rstrip('/')}/{s.file}" for s in files)
+    files = _urls(path, files)
     if m.format == "parquet":
         import pyarrow.parquet as pq
 
@@ -321,6 +322,11 @@ def rows(path: str | None = None, whole: bool = False) -> Iterator[dict[str, Any
             with open_file(url) as f:
                 for batch in pq.ParquetFile(f).iter_batches():
                     yield from batch.to_pylist()
+        return
+    decode = _decoder(m.columns)
+    if decode is not None:
+        for batch in _decoded(files, decode, ROWS_AT_ONCE):
+            yield from batch.to_pylist()
         return
     for url in files:
         with open_file(url) as f:
@@ -333,9 +339,9 @@ def batches(path: str | None = None, size: int = 1024, whole: bool = False
             ) -> Iterator[dict[str, Any]]:
     """This task's share (`whole`: every row) as column batches of up to `size` rows, no
     TensorFlow: each column a numpy array (`torch.from_numpy` takes the numeric ones), a
-    null its kind's default as in `dataset()`. A Parquet dataset is decoded by pyarrow, in
-    C (millions of rows/s); a TFRecord one row by row in Python (`rows()`' speed): write
-    with format="parquet" for readers without TensorFlow."""
+    null its kind's default as in `dataset()`. Both formats are decoded in C: Parquet by
+    pyarrow, TFRecord by tfyarn's decoder (`columnar`; row by row in Python where no C
+    compiler is found). Batches end at a file's end or a Parquet row group's."""
     path = path or _first_path()
     if size < 1:
         raise SpecError(f"batches(size={size}): give 1 or more rows per batch")
@@ -346,6 +352,14 @@ def batches(path: str | None = None, size: int = 1024, whole: bool = False
         for k in range(len(pieces.plan)):
             yield pieces.read(k)
         return
+    decode = _decoder(m.columns)
+    if decode is not None:
+        import pyarrow as pa
+
+        for batch in _decoded(_urls(path, files), decode, size):
+            table = pa.Table.from_batches([batch])  # converted as a Parquet piece is
+            yield {n: _filled(table.column(n)).to_numpy() for n in names}
+        return
     chunk: list[dict[str, Any]] = []
     for row in rows(path, whole):
         chunk.append(row)
@@ -354,6 +368,53 @@ def batches(path: str | None = None, size: int = 1024, whole: bool = False
             chunk = []
     if chunk:
         yield _stacked(m.columns, chunk)
+
+
+def _urls(path: str, files: Any) -> Any:
+    """A share's files as URLs: a list is; a streamed share's shards, as they come."""
+    return files if isinstance(files, list) else (
+        f"{path.rstrip('/')}/{s.file}" for s in files)
+
+
+def _decoder(columns: Any) -> Any:
+    """The C TFRecord decoder for these columns; None where pyarrow is not installed, or
+    no C compiler is found (said on stderr): the Python parser then reads, row by row."""
+    try:
+        import pyarrow  # noqa: F401  (the decoder's batches are Arrow's)
+    except ImportError:
+        return None
+    from tfyarn.data import columnar
+
+    try:
+        return columnar.decoder([(c.name, c.kind, c.is_list) for c in columns])
+    except EnvironmentMissing as exc:
+        print(f"tfyarn.data: {exc}; decoding TFRecords in Python instead (slower)",
+              file=sys.stderr)
+        return None
+
+
+def _decoded(urls: Any, decode: Any, size: int) -> Iterator[Any]:
+    """The files' records as Arrow batches of `size` rows (fewer at a file's end)."""
+    for url in urls:
+        with open_file(url) as f:
+            yield from _file_batches(f, url, decode, size)
+
+
+def _file_batches(f: IO[bytes], url: str, decode: Any, size: int) -> Iterator[Any]:
+    buf, at, eof = b"", 0, False
+    while True:
+        batch, used = decode(memoryview(buf)[at:], size)
+        if batch.num_rows and (batch.num_rows == size or eof):
+            yield batch
+            at += used
+            continue
+        if eof:
+            if at < len(buf):
+                raise ValueError(f"{url}: truncated TFRecord at byte {at}")
+            return
+        more = f.read(CHUNK_BYTES)
+        eof = not more
+        buf, at = buf[at:] + more, 0
 
 
 def _stacked(columns: Any, chunk: list[dict[str, Any]]) -> dict[str, Any]:

@@ -243,3 +243,237 @@ int64_t tfr_write(int64_t rows, int32_t ncols, const tfr_column *cols, uint8_t *
     *file_crc = tfr_crc32c(*file_crc, out, (size_t)(o - out));
     return o - out;
 }
+
+/* ------------------------------------------------------------------ reading */
+
+/* One column as the reader fills it: pass 1 counts (values, bytes), the caller sizes the
+ * arrays, pass 2 fills them. A scalar column has one slot per row (its first value; a row
+ * without the feature, or with an empty list, is not present); a list column, all values. */
+typedef struct {
+    const uint8_t *key;
+    int64_t key_len;
+    int32_t kind;
+    int32_t is_list;
+    int64_t values;          /* counted: values (scalars: rows) */
+    int64_t bytes;           /* counted: bytes of BYTES values */
+    uint8_t *present;        /* scalars: 1 where the row has a value */
+    int32_t *list_offsets;   /* lists: rows + 1 */
+    int32_t *value_offsets;  /* bytes: values + 1 */
+    void *data;              /* int64s or float32s, one per value, or the bytes */
+    int64_t last_row;        /* the row that last held this feature (a repeat is skipped) */
+} tfr_field;
+
+enum { READ_CORRUPT_LENGTH = -1, READ_CORRUPT_DATA = -2, READ_MALFORMED = -3,
+       READ_KIND = -4 };
+
+static const uint8_t *get_varint(const uint8_t *p, const uint8_t *end, uint64_t *v) {
+    uint64_t n = 0;
+    for (int shift = 0; p < end && shift < 70; shift += 7) {
+        uint8_t b = *p++;
+        n |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *v = n;
+            return p;
+        }
+    }
+    return NULL;
+}
+
+/* Skips a field of wire type `wire`; NULL if it runs past `end`. */
+static const uint8_t *skip(const uint8_t *p, const uint8_t *end, int wire) {
+    uint64_t n;
+    switch (wire) {
+    case 0: return get_varint(p, end, &n);
+    case 1: return end - p >= 8 ? p + 8 : NULL;
+    case 2:
+        p = get_varint(p, end, &n);
+        return p && (uint64_t)(end - p) >= n ? p + n : NULL;
+    case 5: return end - p >= 4 ? p + 4 : NULL;
+    default: return NULL;
+    }
+}
+
+/* Takes value `v` (a varint, 4 float bytes, or a byte string) into the column: pass 1
+ * counts, pass 2 stores. `taken`: values this row already took (a scalar takes one). */
+static void take(tfr_field *c, int pass, int64_t row, int64_t *taken, uint64_t v,
+                 const uint8_t *at, uint64_t len) {
+    if (!c->is_list && *taken) return;
+    (*taken)++;
+    if (pass == 1) {
+        if (c->is_list) c->values++;
+        if (c->kind == KIND_BYTES) c->bytes += (int64_t)len;
+        return;
+    }
+    int64_t j = c->is_list ? c->values++ : row;
+    if (!c->is_list) c->present[row] = 1;
+    if (c->kind == KIND_INT64) ((int64_t *)c->data)[j] = (int64_t)v;
+    else if (c->kind == KIND_FLOAT) memcpy((float *)c->data + j, at, 4);
+    else {
+        int32_t start = c->value_offsets[j];
+        memcpy((uint8_t *)c->data + start, at, len);
+        c->value_offsets[j + 1] = start + (int32_t)len;
+    }
+}
+
+/* A Feature message into its column; READ_KIND if it holds another kind. */
+static int read_feature(tfr_field *c, const uint8_t *p, const uint8_t *end, int pass,
+                        int64_t row) {
+    int64_t taken = 0;
+    while (p < end) {
+        uint64_t tag, len;
+        if (!(p = get_varint(p, end, &tag))) return READ_MALFORMED;
+        int kind = (int)(tag >> 3) == 1 ? KIND_BYTES : (int)(tag >> 3) == 2 ? KIND_FLOAT
+                 : (int)(tag >> 3) == 3 ? KIND_INT64 : -1;
+        if ((tag & 7) != 2 || kind < 0) {
+            if (!(p = skip(p, end, (int)(tag & 7)))) return READ_MALFORMED;
+            continue;
+        }
+        if (kind != c->kind) return READ_KIND;
+        if (!(p = get_varint(p, end, &len)) || (uint64_t)(end - p) < len) return READ_MALFORMED;
+        const uint8_t *q = p, *lend = p + len;
+        p = lend;
+        while (q < lend) { /* the list message: field 1, repeated or packed */
+            uint64_t ltag, n;
+            if (!(q = get_varint(q, lend, &ltag))) return READ_MALFORMED;
+            int wire = (int)(ltag & 7);
+            if (ltag >> 3 != 1) {
+                if (!(q = skip(q, lend, wire))) return READ_MALFORMED;
+                continue;
+            }
+            if (kind == KIND_INT64 && wire == 0) {
+                if (!(q = get_varint(q, lend, &n))) return READ_MALFORMED;
+                take(c, pass, row, &taken, n, NULL, 0);
+            } else if (kind == KIND_FLOAT && wire == 5) {
+                if (lend - q < 4) return READ_MALFORMED;
+                take(c, pass, row, &taken, 0, q, 4);
+                q += 4;
+            } else if (wire == 2) {
+                if (!(q = get_varint(q, lend, &n)) || (uint64_t)(lend - q) < n)
+                    return READ_MALFORMED;
+                const uint8_t *vend = q + n;
+                if (kind == KIND_BYTES) take(c, pass, row, &taken, 0, q, n);
+                else if (kind == KIND_FLOAT) {
+                    if (n % 4) return READ_MALFORMED;
+                    for (; q < vend; q += 4) take(c, pass, row, &taken, 0, q, 4);
+                } else
+                    while (q < vend) {
+                        uint64_t v;
+                        if (!(q = get_varint(q, vend, &v))) return READ_MALFORMED;
+                        take(c, pass, row, &taken, v, NULL, 0);
+                    }
+                q = vend;
+            } else
+                return READ_MALFORMED;
+        }
+    }
+    return 0;
+}
+
+/* A map entry (key, Feature) into the column of that name, if any. */
+static int read_entry(tfr_field *cols, int32_t ncols, const uint8_t *p, const uint8_t *end,
+                      int pass, int64_t row, int32_t *bad) {
+    const uint8_t *key = NULL, *feat = NULL;
+    uint64_t key_len = 0, feat_len = 0;
+    while (p < end) {
+        uint64_t tag, len;
+        if (!(p = get_varint(p, end, &tag))) return READ_MALFORMED;
+        if ((tag & 7) != 2) {
+            if (!(p = skip(p, end, (int)(tag & 7)))) return READ_MALFORMED;
+            continue;
+        }
+        if (!(p = get_varint(p, end, &len)) || (uint64_t)(end - p) < len) return READ_MALFORMED;
+        if (tag >> 3 == 1) key = p, key_len = len;
+        else if (tag >> 3 == 2) feat = p, feat_len = len;
+        p += len;
+    }
+    if (!key) return 0;
+    for (int32_t k = 0; k < ncols; k++) {
+        tfr_field *c = &cols[k];
+        if ((uint64_t)c->key_len != key_len || memcmp(c->key, key, key_len)) continue;
+        if (c->last_row == row) return 0; /* a repeated key: the first one counts */
+        c->last_row = row;
+        int rc = feat ? read_feature(c, feat, feat + feat_len, pass, row) : 0;
+        if (rc == READ_KIND) *bad = k;
+        return rc;
+    }
+    return 0;
+}
+
+static int read_example(tfr_field *cols, int32_t ncols, const uint8_t *p, const uint8_t *end,
+                        int pass, int64_t row, int32_t *bad) {
+    while (p < end) {
+        uint64_t tag, len;
+        if (!(p = get_varint(p, end, &tag))) return READ_MALFORMED;
+        if (tag != 0x0a) {
+            if (!(p = skip(p, end, (int)(tag & 7)))) return READ_MALFORMED;
+            continue;
+        }
+        if (!(p = get_varint(p, end, &len)) || (uint64_t)(end - p) < len) return READ_MALFORMED;
+        const uint8_t *q = p, *fend = p + len;
+        p = fend;
+        while (q < fend) { /* Features: map entries, field 1 */
+            uint64_t etag, elen;
+            if (!(q = get_varint(q, fend, &etag))) return READ_MALFORMED;
+            if (etag != 0x0a) {
+                if (!(q = skip(q, fend, (int)(etag & 7)))) return READ_MALFORMED;
+                continue;
+            }
+            if (!(q = get_varint(q, fend, &elen)) || (uint64_t)(fend - q) < elen)
+                return READ_MALFORMED;
+            int rc = read_entry(cols, ncols, q, q + elen, pass, row, bad);
+            if (rc) return rc;
+            q += elen;
+        }
+    }
+    return 0;
+}
+
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Reads up to `max_rows` whole records from buf[0, len) into the columns (pass 1 counts,
+ * pass 2 fills what pass 1 sized; the same arguments both times). Returns the rows read
+ * and sets *consumed (a record cut at the end is left for the next call), or a READ_*
+ * error (*bad: the column of a READ_KIND, *consumed: where the bad record starts). */
+int64_t tfr_read(const uint8_t *buf, int64_t len, int64_t max_rows, int32_t ncols,
+                 tfr_field *cols, int32_t pass, int64_t *consumed, int32_t *bad) {
+    int64_t at = 0, row = 0;
+    for (int32_t k = 0; k < ncols; k++) {
+        cols[k].last_row = -1;
+        if (pass == 2) {
+            if (cols[k].is_list) cols[k].values = 0, cols[k].list_offsets[0] = 0;
+            if (cols[k].kind == KIND_BYTES) cols[k].value_offsets[0] = 0;
+        }
+    }
+    while (row < max_rows && len - at >= 12) {
+        const uint8_t *h = buf + at;
+        uint64_t size = 0;
+        for (int b = 0; b < 8; b++) size |= (uint64_t)h[b] << (8 * b);
+        *consumed = at;
+        if (masked(tfr_crc32c(0, h, 8)) != le32(h + 8)) return READ_CORRUPT_LENGTH;
+        if ((uint64_t)(len - at - 16) < size || len - at < 16) break;
+        if (pass == 1 && masked(tfr_crc32c(0, h + 12, size)) != le32(h + 12 + size))
+            return READ_CORRUPT_DATA;
+        for (int32_t k = 0; k < ncols; k++) {
+            tfr_field *c = &cols[k];
+            if (pass == 2 && !c->is_list) {
+                c->present[row] = 0;
+                if (c->kind == KIND_INT64) ((int64_t *)c->data)[row] = 0;
+                else if (c->kind == KIND_FLOAT) ((float *)c->data)[row] = 0;
+                else c->value_offsets[row + 1] = c->value_offsets[row];
+            }
+        }
+        int rc = read_example(cols, ncols, h + 12, h + 12 + size, pass, row, bad);
+        if (rc) return rc;
+        for (int32_t k = 0; k < ncols; k++) {
+            tfr_field *c = &cols[k];
+            if (pass == 1 && !c->is_list) c->values++;
+            if (pass == 2 && c->is_list) c->list_offsets[row + 1] = (int32_t)c->values;
+        }
+        at += 16 + (int64_t)size;
+        row++;
+    }
+    *consumed = at;
+    return row;
+}
