@@ -20,11 +20,12 @@ import ctypes
 import functools
 import hashlib
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from tfyarn.core.errors import SpecError
+from tfyarn.core.errors import EnvironmentMissing, SpecError
 from tfyarn.data import example as ex
 from tfyarn.system import native
 
@@ -36,6 +37,7 @@ ENTRY_BOUND = 55  # per row and column, plus its key: the map entry's tags and l
 VALUE_BOUND = 11  # per value, plus the value's buffers: a tag and length, or a varint
 
 Encode = Callable[[Any, int], tuple[Any, int]]  # (Arrow batch, crc) -> (bytes, crc)
+T = TypeVar("T")
 
 
 class _Column(ctypes.Structure):
@@ -46,19 +48,43 @@ class _Column(ctypes.Structure):
                 ("value_offsets", ctypes.c_void_p), ("data", ctypes.c_void_p)]
 
 
+class _Field(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_char_p), ("key_len", ctypes.c_int64),
+                ("kind", ctypes.c_int32), ("is_list", ctypes.c_int32),
+                ("values", ctypes.c_int64), ("bytes", ctypes.c_int64),
+                ("present", ctypes.c_void_p), ("list_offsets", ctypes.c_void_p),
+                ("value_offsets", ctypes.c_void_p), ("data", ctypes.c_void_p),
+                ("last_row", ctypes.c_int64)]
+
+
 @functools.cache
 def library() -> ctypes.CDLL:
-    """The encoder, built for this host once (keyed by its source's hash)."""
+    """The encoder and decoder, built for this host once (keyed by its source's hash)."""
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
     cc = os.environ.get("CC", "cc")
     path = native.built("tfrecord", f"{digest}/libtfyarn_tfrecord.so",
                         lambda out: [cc, "-shared", "-fPIC", "-O2", str(SOURCE), "-o", out],
-                        "tfyarn's TFRecord encoder")
+                        "tfyarn's TFRecord encoder and decoder")
     lib = ctypes.CDLL(str(path))
     lib.tfr_write.restype = ctypes.c_int64
     lib.tfr_write.argtypes = [ctypes.c_int64, ctypes.c_int32, ctypes.POINTER(_Column),
                               ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p]
+    lib.tfr_read.restype = ctypes.c_int64
+    lib.tfr_read.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32,
+                             ctypes.POINTER(_Field), ctypes.c_int32,
+                             ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32)]
     return lib
+
+
+def unless_missing(make: Callable[[Any], T], columns: Any, doing: str) -> T | None:
+    """`make(columns)` (`encoder` or `decoder`); None where the C library cannot be built
+    (no C compiler on this host), said on stderr: the caller then uses Python's."""
+    try:
+        return make(columns)
+    except EnvironmentMissing as exc:
+        print(f"tfyarn.data: {exc}; {doing} TFRecords in Python instead (slower)",
+              file=sys.stderr)
+        return None
 
 
 def encoder(columns: Sequence[tuple[str, str, bool]]) -> Encode:
@@ -135,15 +161,6 @@ def _describe(name: str, kind: str, is_list: bool, arr: Any, keep: list[Any],
 # ---------------------------------------------------------------- reading
 
 
-class _Field(ctypes.Structure):
-    _fields_ = [("key", ctypes.c_char_p), ("key_len", ctypes.c_int64),
-                ("kind", ctypes.c_int32), ("is_list", ctypes.c_int32),
-                ("values", ctypes.c_int64), ("bytes", ctypes.c_int64),
-                ("present", ctypes.c_void_p), ("list_offsets", ctypes.c_void_p),
-                ("value_offsets", ctypes.c_void_p), ("data", ctypes.c_void_p),
-                ("last_row", ctypes.c_int64)]
-
-
 _READ_ERRORS = {-1: "corrupt TFRecord length", -2: "corrupt TFRecord data",
                 -3: "malformed tf.train.Example"}
 
@@ -159,10 +176,6 @@ def decoder(columns: Sequence[tuple[str, str, bool]]) -> Decode:
     import numpy as np
 
     lib = library()
-    lib.tfr_read.restype = ctypes.c_int64
-    lib.tfr_read.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32,
-                             ctypes.POINTER(_Field), ctypes.c_int32,
-                             ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int32)]
     keys = [name.encode() for name, _, _ in columns]
 
     def decode(buffer: Any, rows: int) -> tuple[Any, int]:
@@ -194,13 +207,14 @@ def _sized(f: _Field, rows: int) -> dict[str, Any]:
     """The arrays of one column, as pass 1 counted them, their addresses set in `f`."""
     import numpy as np
 
-    dtype = {0: np.uint8, 1: np.float32, 2: np.int64}[f.kind]
-    held = {"data": np.empty(f.bytes if f.kind == 0 else f.values, dtype=dtype)}
+    bytes_kind = f.kind == _KINDS[ex.BYTES]
+    dtype = np.uint8 if bytes_kind else np.float32 if f.kind == _KINDS[ex.FLOAT] else np.int64
+    held = {"data": np.empty(f.bytes if bytes_kind else f.values, dtype=dtype)}
     if f.is_list:
         held["list_offsets"] = np.empty(rows + 1, dtype=np.int32)
     else:
         held["present"] = np.empty(rows, dtype=np.uint8)
-    if f.kind == 0:
+    if bytes_kind:
         held["value_offsets"] = np.empty(f.values + 1, dtype=np.int32)
     for name, array in held.items():
         setattr(f, name, array.ctypes.data)

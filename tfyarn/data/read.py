@@ -28,7 +28,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
-from tfyarn.core.errors import EnvironmentMissing, SpecError, TfYarnError
+from tfyarn.core.errors import SpecError, TfYarnError
 from tfyarn.data import example as ex
 from tfyarn.data.manifest import NAME, Manifest, Shard, split
 
@@ -385,12 +385,8 @@ def _decoder(columns: Any) -> Any:
         return None
     from tfyarn.data import columnar
 
-    try:
-        return columnar.decoder([(c.name, c.kind, c.is_list) for c in columns])
-    except EnvironmentMissing as exc:
-        print(f"tfyarn.data: {exc}; decoding TFRecords in Python instead (slower)",
-              file=sys.stderr)
-        return None
+    return columnar.unless_missing(columnar.decoder,
+                                   [(c.name, c.kind, c.is_list) for c in columns], "decoding")
 
 
 def _decoded(urls: Any, decode: Any, size: int) -> Iterator[Any]:

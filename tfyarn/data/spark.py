@@ -36,7 +36,6 @@ import dataclasses
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 import urllib.parse
@@ -44,7 +43,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from tfyarn.core.errors import EnvironmentMissing, SpecError
+from tfyarn.core.errors import SpecError
 from tfyarn.data import columnar
 from tfyarn.data import example as ex
 from tfyarn.data.manifest import FORMATS, NAME, STREAMED, Column, Manifest, Shard
@@ -108,7 +107,7 @@ def write(df: Any, path: str, format: str = "tfrecord", shards: int | None = Non
         Shard(f"{generation}/{name}", rows, size, crc) for _, name, rows, size, crc in written),
         write_id=write_id, extra=dict(extra or {}))
     fs.commit(NAME, manifest.to_json())
-    fs.keep_only(generation, {s.file.split("/", 1)[1] for s in manifest.shards})
+    keep_only(fs, generation, {s.file.split("/", 1)[1] for s in manifest.shards})
     return manifest
 
 
@@ -178,7 +177,7 @@ class Stream:
             raise SpecError(f"{self.root}: the shards Spark counted differ from what its "
                             "tasks returned; write it again")
         final = self.grower.commit(sealed=True)
-        self.fs.keep_only(self.generation, {s.file.split("/", 1)[1] for s in final.shards})
+        keep_only(self.fs, self.generation, {s.file.split("/", 1)[1] for s in final.shards})
         return final
 
 
@@ -254,13 +253,11 @@ def _written(parts: Any, writer: Callable[[Iterator[Any]], Iterator[Any]]) -> li
 
 
 def _encoder(spec: list[tuple[str, str, bool]]) -> columnar.Encode:
-    """The C encoder; where it cannot be built (no compiler on this executor), Python's,
-    said once on the task's stderr (the same bytes, several times slower)."""
-    try:
-        return columnar.encoder(spec)
-    except EnvironmentMissing as exc:
-        print(f"tfyarn.data: {exc}; encoding TFRecords in Python instead (slower)",
-              file=sys.stderr)
+    """The C encoder; where it cannot be built (no compiler on this executor), Python's
+    (the same bytes, several times slower)."""
+    native = columnar.unless_missing(columnar.encoder, spec, "encoding")
+    if native is not None:
+        return native
     rows = ex.batch_encoder(spec)
 
     def encode(batch: Any, crc: int) -> tuple[bytes, int]:
@@ -361,7 +358,19 @@ class Fs(Protocol):
     def size(self, rel: str) -> int: ...
     def parquet_rows(self, rel: str) -> int: ...
     def commit(self, name: str, text: str) -> None: ...
-    def keep_only(self, generation: str, files: set[str]) -> None: ...
+    def delete(self, rel: str) -> None: ...
+
+
+def keep_only(fs: Fs, generation: str, files: set[str]) -> None:
+    """After the commit: other generations, stale temp manifests, and files of this
+    generation no manifest names (a retried or speculative task's) are deleted."""
+    for name in fs.list(""):
+        if (name.startswith(GENERATION_PREFIX) and name != generation) or \
+                name.startswith(f"{NAME}.tmp-"):
+            fs.delete(name)
+    for name in fs.list(generation):
+        if name not in files:
+            fs.delete(f"{generation}/{name}")
 
 
 def filesystem(spark: Any, path: str) -> Fs:
@@ -394,7 +403,7 @@ class LocalFs:
         return os.listdir(self._path(rel))
 
     def remove(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self.delete("")
 
     def size(self, rel: str) -> int:
         return os.path.getsize(self._path(rel))
@@ -413,16 +422,14 @@ class LocalFs:
         with contextlib.suppress(FileNotFoundError):  # a stale Hadoop checksum
             os.unlink(self._path(f".{name}.crc"))
 
-    def keep_only(self, generation: str, files: set[str]) -> None:
-        for name in self.list(""):
-            if name.startswith(GENERATION_PREFIX) and name != generation:
-                shutil.rmtree(self._path(name), ignore_errors=True)
-            elif name.startswith(f"{NAME}.tmp-"):
-                os.unlink(self._path(name))
-        for name in self.list(generation):
-            if name not in files:
-                path = self._path(f"{generation}/{name}")
-                shutil.rmtree(path) if os.path.isdir(path) else os.unlink(path)
+    def delete(self, rel: str) -> None:
+        """A file or a dir (with what is in it)."""
+        path = self._path(rel)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 class HadoopFs:
@@ -483,15 +490,7 @@ class HadoopFs:
         fc = hadoop_fs.FileContext.getFileContext(tmp.toUri(), self.conf)
         fc.rename(tmp, self._path(name), options)
 
-    def keep_only(self, generation: str, files: set[str]) -> None:
-        """After the commit: other generations, and files of this one no manifest names
-        (a retried or speculative task's), are deleted."""
-        for name in self.list(""):
-            if name.startswith(GENERATION_PREFIX) and name != generation:
-                self.fs.delete(self._path(name), True)
-            elif name.startswith(f"{NAME}.tmp-"):
-                self.fs.delete(self._path(name), False)
-        for name in self.list(generation):
-            if name not in files:
-                self.fs.delete(self._path(f"{generation}/{name}"), True)
+    def delete(self, rel: str) -> None:
+        """A file or a dir (with what is in it)."""
+        self.fs.delete(self._path(rel), True)
 
