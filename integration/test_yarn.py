@@ -571,7 +571,7 @@ def test_a_stalled_worker_is_restarted_by_stall_timeout_and_succeeds(el_submit, 
 def _kept_page_of(app_id: str, tmp_path) -> None:
     """The stalled-then-restarted job's kept page: `status --tasks`, and `tfyarn history`
     in headless chromium (the listing, then the page its link opens)."""
-    from browser import cells, history_server, links, make_browser
+    from browser import cells, history_server, join, links, make_browser
 
     status = subprocess.run([sys.executable, "-m", "tfyarn", "status", app_id, "--tasks"],
                             capture_output=True, text=True, timeout=120)
@@ -583,7 +583,7 @@ def _kept_page_of(app_id: str, tmp_path) -> None:
     try:
         listing = browser(url)
         assert cells(listing, "job")[app_id][4] == "SUCCEEDED", listing
-        page = browser(url + links(listing, "job")[app_id])
+        page = browser(join(url, links(listing, "job")[app_id]))
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -70,3 +70,10 @@ def history_server(env: dict, *args: str) -> tuple[subprocess.Popen, str]:
         proc.kill()
         raise AssertionError(line + proc.stderr.read())
     return proc, line.split(": ", 2)[2].strip()
+
+
+def join(url: str, rel: str) -> str:
+    """`rel` opened from `url` as its owner does: a local page's `?token=` kept (a browser
+    keeps it as a cookie; each headless chromium here starts without cookies)."""
+    base, _, query = url.partition("?")
+    return base + rel + (f"?{query}" if query else "")

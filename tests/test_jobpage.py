@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from browser import cells, history_server, links, make_browser
+from browser import cells, history_server, join, links, make_browser
 from conftest import job_processes
 
 
@@ -60,7 +60,7 @@ def test_page_during_a_job_and_after_its_failure(browser, tmp_path):
     assert table["worker:1"][4] == ""  # never reported
     assert 'id="state" class="RUNNING"' in dom and "<h1>census&lt;&amp;&gt;</h1>" in dom
     assert 'http-equiv="refresh"' in dom
-    log = browser(url + "logs/worker-0")
+    log = browser(join(url, "logs/worker-0"))
     assert "worker:0: registered at" in log
     browser.shot(url, tmp_path / "running.png")
     history, listing = history_server(env)
@@ -76,10 +76,10 @@ def test_page_during_a_job_and_after_its_failure(browser, tmp_path):
         row = cells(listed, "job")[job]
         assert row[1:5] == ["census&lt;&amp;&gt;", "tensorflow-worker", row[3], "FAILED"], row
         assert links(listed, "job")[job] == f"job/{job}/"
-        kept = listing + f"job/{job}/"
+        kept = join(listing, f"job/{job}/")
         dom = browser(kept)
         browser.shot(kept, tmp_path / "failed.png")
-        log = browser(kept + "logs/worker-1")  # the page's relative log link, from the job dir
+        log = browser(join(kept, "logs/worker-1"))  # the page's relative log link, from the job dir
     finally:
         history.terminate()
         history.wait(timeout=30)

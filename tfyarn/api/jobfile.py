@@ -20,18 +20,31 @@ import yaml
 from tfyarn.api.options import ElSubmitArgs, from_el_submit
 from tfyarn.core.errors import SpecError
 from tfyarn.core.jobspec import ALLREDUCE, SHARED_GPU, JobSpec
+from tfyarn.core.redact import SHOWN
 
 DERIVED = "containers"  # printed by --dry-run for review; recomputed from the roles
 
 
 def dump(spec: JobSpec) -> str:
     """The job as YAML: every field, plus the containers it asks for (for review)."""
-    return yaml.safe_dump(spec.describe(), sort_keys=False)
+    shown = spec.describe()
+    hide = spec.redactor()
+    shown["env"] = [[k, SHOWN if hide.secret_name(k) else v] for k, v in spec.env]
+    return yaml.safe_dump(shown, sort_keys=False)
 
 
-def read(path: str) -> JobSpec:
-    """The JobSpec a job file describes, checked like flags; one SpecError otherwise."""
+def read(path: str, env_given: bool = False) -> JobSpec:
+    """The JobSpec a job file describes, checked like flags; one SpecError otherwise
+    (also for a redacted --env value, unless `env_given`: --env typed replaces them)."""
     data = _load(path)
+    env = data.get("env")
+    pairs = env if isinstance(env, list) and all(isinstance(x, list) and len(x) == 2
+                                                  for x in env) else []
+    hidden = [] if env_given else [k for k, v in pairs if v == SHOWN]
+    if hidden:
+        raise SpecError(f"--job {path}: --env {hidden[0]}: the file holds the redacted value "
+                        "--dry-run printed, not the secret; put the value back, or give "
+                        "the --env flags again with the job file")
     try:
         spec = JobSpec.from_dict(_absolute(data, os.path.dirname(os.path.abspath(path))))
         _check_derived(data, spec)
@@ -46,7 +59,7 @@ def read(path: str) -> JobSpec:
 def with_flags(path: str, given: Mapping[str, Any], cwd: str) -> JobSpec:
     """The file's job with the flags actually typed (`given`: field -> value) laid over
     it, parsed as flags: the same checks, the same errors."""
-    args = dataclasses.replace(args_of(read(path)), **given)
+    args = dataclasses.replace(args_of(read(path, "env" in given)), **given)
     try:
         return from_el_submit(args, cwd)
     except SpecError as exc:

@@ -24,6 +24,7 @@ from tfyarn import __version__
 from tfyarn.api.options import OPTIONS
 from tfyarn.client.interrupts import Interrupted, Interrupts
 from tfyarn.core.errors import EXIT_BAD_INPUT, SpecError, TfYarnError
+from tfyarn.core.redact import redact
 
 FLAGS = ("--local", "--dry-run", "--detach", "--force", "-h", "--help", "--version")
 assert "--force" in {o.flag for o in OPTIONS if o.is_flag}
@@ -176,7 +177,7 @@ class edge:
 
     def __exit__(self, _t: object, exc: BaseException | None, _tb: object) -> None:
         if isinstance(exc, TfYarnError):
-            err = click.ClickException(str(exc))
+            err = click.ClickException(redact(str(exc)))
             err.exit_code = exc.exit_code
             raise err from exc
 
@@ -300,7 +301,10 @@ def history_cmd(host: str, port: int, dirs: tuple[str, ...], conf: str | None,
         reader = yarn.history_of(_opts(conf, principal, keytab), dirs)
         reader.listing()  # every kept page read once before the first answer (~15 ms each)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        server = HistoryServer(reader)
+        from tfyarn.core.settings import Settings
+        from tfyarn.system.private import user_secret
+
+        server = HistoryServer(reader, user_secret(Settings.from_environ().home))
         try:
             url = server.start(host, port)
         except OSError as exc:

@@ -50,6 +50,7 @@ class ClusterDefaults:
     docker_runtime: str = "auto"  # resolved by the YARN client from the site's yarn-site.xml
     extra_env: Mapping[str, str] = field(default_factory=dict)
     history_dir: str | None = None  # `history: dir:`: where YARN jobs' pages are saved
+    redact: tuple[str, ...] = ()  # `redact:`: more names of secret settings (regexes)
 
     def docker_run(self, spec: JobSpec, runtime: str | None = None) -> docker.DockerRun | None:
         """How the launchers run -m docker tasks (None for other modes)."""

@@ -51,7 +51,7 @@ class News:
     def read(self, store: kvmod.KV) -> None:
         """Say the page and TensorBoard once they are published."""
         if not self.page_said and (url := store.get(kvmod.PAGE)):
-            say(f"job page: {url}")
+            say(f"job page: {url}", secret_ok=True)  # the owner's ?token=: theirs to see
             self.page_said = True
         self.tensorboard(store)
 

@@ -12,13 +12,15 @@ beside it. A kept page never changes, so each is read once per server. Must not 
 from __future__ import annotations
 
 import concurrent.futures
-import glob
+import contextlib
 import html
 import http.server
+import math
 import os
 import posixpath
+import pwd
 import socket
-import tempfile
+import stat
 import threading
 import time
 import urllib.parse
@@ -31,8 +33,12 @@ from tfyarn.core.records import JobView, RecordError
 from tfyarn.hdfs import webhdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime.jobpage import STYLE, render
-from tfyarn.system.serving import Serving, http_server, send
+from tfyarn.system import private
+from tfyarn.system.serving import Serving, http_server, send, send_file, with_secret
 
+PAGE_LIMIT = 4 << 20  # a kept page's most bytes (a 2,000-task job's is ~600 KB)
+MAX_EPOCH = 1 << 35  # year ~3058: past it time.localtime overflows
+MAX_ATTEMPTS = 1 << 20
 LISTED = 500  # the newest kept pages a listing reads (a day of a busy team's jobs is ~200)
 READERS = 16  # kept pages read at once (WebHDFS: two round trips each)
 SUFFIX = ".json"
@@ -52,25 +58,58 @@ class Shelf(Protocol):
 
 @dataclass
 class LocalShelf:
-    """Local jobs' kept pages (Settings.local_history)."""
+    """Local jobs' kept pages (Settings.local_history, or a `--dir`). A page is read only
+    as a regular file (no symlink, at most PAGE_LIMIT bytes) owned by the user the page
+    names (in the user's own history dir: by this user), so in a dir other users write to
+    (a team's 1777 dir) no one forges, hides or breaks another's pages (`checked`)."""
 
     where: str
+    mine: bool = False  # the user's own dir: every page in it must be this user's
 
     def names(self) -> list[tuple[float, str]]:
         try:
             entries = list(os.scandir(self.where))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return [(e.stat().st_mtime, e.name[:-len(SUFFIX)]) for e in entries
-                if e.name.endswith(SUFFIX) and not e.name.startswith(".")]
+        out = []
+        for e in entries:
+            if not e.name.endswith(SUFFIX) or e.name.startswith("."):
+                continue
+            with contextlib.suppress(OSError):  # gone since
+                st = e.stat(follow_symlinks=False)
+                if stat.S_ISREG(st.st_mode):
+                    out.append((st.st_mtime, e.name[:-len(SUFFIX)]))
+        return out
 
     def read(self, job_id: str) -> str | None:
-        return kvmod.DirKV(self.where).get(job_id + SUFFIX)
+        path = os.path.join(self.where, job_id + SUFFIX)
+        try:
+            found = private.read_checked(path, PAGE_LIMIT)
+        except private.NotPrivate as exc:
+            raise RecordError(str(exc)) from None
+        if found is None:
+            return None
+        data, owner = found
+        text = data.decode("utf-8", "replace")
+        view = JobView.from_json(text, path)
+        want = os.geteuid() if self.mine else _uid_of(view.user)
+        if owner != want:
+            raise RecordError(f"{path}: the file's owner (uid {owner}) is not the user the "
+                              f"page names ({view.user!r}); not shown")
+        return text
+
+
+def _uid_of(user: str) -> int | None:
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except (KeyError, ValueError):
+        return None
 
 
 @dataclass
 class HdfsShelf:
-    """YARN jobs' kept pages, over WebHDFS (`client`: webhdfs.client_for)."""
+    """YARN jobs' kept pages, over WebHDFS (`client`: webhdfs.client_for). As a local
+    shelf's, a page is shown only where its file's owner is the user it names."""
 
     where: str
     client: Any
@@ -80,8 +119,11 @@ class HdfsShelf:
             if self.client.status(self._path(), strict=False) is None:
                 return []
             found = self.client.list(self._path(), status=True)
-        return [(st["modificationTime"] / 1000, name[:-len(SUFFIX)]) for name, st in found
-                if name.endswith(SUFFIX) and not name.startswith(".")]
+        out = []
+        for name, st in found:
+            if name.endswith(SUFFIX) and not name.startswith(".") and st.get("type") == "FILE":
+                out.append((st["modificationTime"] / 1000, name[:-len(SUFFIX)]))
+        return out
 
     def read(self, job_id: str) -> str | None:
         from hdfs.util import HdfsError
@@ -89,12 +131,24 @@ class HdfsShelf:
         path = posixpath.join(self._path(), job_id + SUFFIX)
         with webhdfs.failing_as(f"reading {self.where}/{job_id}{SUFFIX}"):
             try:
+                st = self.client.status(path, strict=False)
+                if st is None:
+                    return None
+                if st.get("length", 0) > PAGE_LIMIT:
+                    raise RecordError(f"{self.where}/{job_id}{SUFFIX}: {st['length']} bytes, "
+                                      "more than a kept page has; not shown")
                 with self.client.read(path, encoding="utf-8") as reader:
-                    return reader.read()
+                    text = reader.read(PAGE_LIMIT + 1)
             except HdfsError as exc:
                 if getattr(exc, "exception", None) == "FileNotFoundException":
                     return None
                 raise
+        view = JobView.from_json(text, f"{self.where}/{job_id}")
+        if st.get("owner") != view.user:
+            raise RecordError(f"{self.where}/{job_id}{SUFFIX}: the file's owner "
+                              f"({st.get('owner')!r}) is not the user the page names "
+                              f"({view.user!r}); not shown")
+        return text
 
     def _path(self) -> str:
         return webhdfs.hdfs_path(self.where)
@@ -183,9 +237,29 @@ def _read(job_id: str, shelf: Shelf) -> JobView | str | None:
     """A kept page, or what went wrong reading it (another tfyarn's format, HDFS)."""
     try:
         text = shelf.read(job_id)
-        return None if text is None else JobView.from_json(text, f"{shelf.where}/{job_id}")
+        if text is None:
+            return None
+        return checked(JobView.from_json(text, f"{shelf.where}/{job_id}"), job_id,
+                       f"{shelf.where}/{job_id}")
     except (RecordError, EnvironmentMissing) as exc:
         return str(exc)
+
+
+def checked(view: JobView, job_id: str, where: str) -> JobView:
+    """`view` if what the listing and the page compute from it is sane: its job id is
+    the file's, its times are real dates, its counts small; else a RecordError naming
+    the page (that page is skipped, the listing stands)."""
+    def when(t: float | None) -> bool:
+        return t is None or (math.isfinite(t) and 0 <= t < MAX_EPOCH)
+
+    problem = ("its job id is not its file's" if view.job_id != job_id else
+               "a time that is no date" if not (when(view.started) and when(view.ended)) else
+               "an attempt count out of range"
+               if not (0 <= view.attempt < MAX_ATTEMPTS and 0 <= view.attempts <= MAX_ATTEMPTS)
+               else "")
+    if problem:
+        raise RecordError(f"{where}: not shown: {problem}")
+    return view
 
 
 # ---------------------------------------------------------------- running jobs
@@ -202,12 +276,15 @@ def running_yarn(apps: list[dict]) -> list[Listed]:
 def running_local(tmp_root: str | None) -> list[Listed]:
     """Local jobs whose dir has no final status and whose page answers (a dir left by a
     killed client has none), linked to that page."""
-    from tfyarn.client.jobdir import JOB_DIR_PREFIX, JobDir
+    from tfyarn.client.jobdir import JOB_ID, JobDir, jobs_root
     from tfyarn.core.jobspec import JobSpec
 
     out = []
-    for folder in glob.glob(os.path.join(tmp_root or tempfile.gettempdir(),
-                                         f"{JOB_DIR_PREFIX}local_*")):
+    root = jobs_root(tmp_root)  # this user's own: no other user's dir is listed
+    for job_id in sorted(os.listdir(root)):
+        folder = os.path.join(root, job_id)
+        if not JOB_ID.fullmatch(job_id) or os.path.islink(folder):
+            continue
         jd = JobDir(folder)
         store = kvmod.DirKV(jd.kv_root)
         try:
@@ -219,7 +296,6 @@ def running_local(tmp_root: str | None) -> list[Listed]:
             started = os.path.getmtime(jd.job_json)
         except (OSError, ValueError, TypeError, KeyError, TfYarnError):  # ended and gone since
             continue
-        job_id = os.path.basename(folder)[len(JOB_DIR_PREFIX):].rsplit("-", 1)[0]
         out.append(Listed(job_id, spec.name, spec.app_type, "", "RUNNING", started, None, page))
     return out
 
@@ -266,7 +342,11 @@ def render_listing(rows: list[Listed], problems: list[str], now: float) -> str:
 
 def _link(r: Listed) -> str:
     e = html.escape
-    return f'<a href="{e(r.link, quote=True)}">{e(r.job_id)}</a>' if r.link else e(r.job_id)
+    from tfyarn.runtime.jobpage import safe_link
+
+    if not r.link or not safe_link(r.link):
+        return e(r.job_id)
+    return f'<a href="{e(r.link, quote=True)}">{e(r.job_id)}</a>'
 
 
 def _when(epoch: float) -> str:
@@ -289,12 +369,14 @@ class HistoryServer:
     """`tfyarn history`'s HTTP server (a daemon thread; `stop` ends it)."""
 
     history: HistoryReader
+    secret: str  # the owner's (private.user_secret): every request must carry it
     serving: Serving | None = None
 
     def start(self, host: str, port: int) -> str:
-        server = http_server(host, port, self.answer)
+        """Serve; the URL as its owner opens it (with the secret)."""
+        server = http_server(host, port, self.answer, self.secret)
         self.serving = Serving(server).start()
-        return f"http://{host}:{server.server_address[1]}/"
+        return with_secret(f"http://{host}:{server.server_address[1]}/", self.secret)
 
     def answer(self, req: http.server.BaseHTTPRequestHandler) -> None:
         path = urllib.parse.unquote(urllib.parse.urlparse(req.path).path)
@@ -318,10 +400,9 @@ class HistoryServer:
         if rest[0] != "logs" or len(rest) != 2 or root is None or "/" in rest[1]:
             return _send(req, 404, "that log is gone with its job dir", "text/plain")
         file = os.path.join(root, "logs", f"{rest[1]}.log")
-        if not os.path.isfile(file):
+        if not send_file(req, file, "text/plain; charset=utf-8"):
             return _send(req, 404, "that log is gone with its job dir", "text/plain")
-        with open(file, encoding="utf-8", errors="replace") as f:
-            return _send(req, 200, f.read(), "text/plain")
+        return None
 
     def stop(self) -> None:
         if self.serving is not None:

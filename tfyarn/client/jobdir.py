@@ -3,16 +3,20 @@
 Owns what `el_submit --local` checks and lays out before it starts anything: the temp
 root (room, file descriptors), GPUs to hand out, docker's options, the job dir (its
 store, the job's JSON, the shipped files, a dir per container, the logs) and a packed
-env unpacked into it. Must not start processes (`localprocs`) nor follow the job
-(`local`).
+env unpacked into it. Job dirs live in the user's own 0700 dir of the temp root
+(`$TMPDIR/tfyarn-UID/JOB_ID`): a job id names exactly one path, found by name, never by a
+glob over a dir other users write to (docs/security.md). Must not start processes
+(`localprocs`) nor follow the job (`local`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import glob
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -28,8 +32,10 @@ from tfyarn.core.progress import Progress, Reading
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.runtime import docker as dockerrun
+from tfyarn.system import private
 
-JOB_DIR_PREFIX = "tfyarn-"
+JOB_DIR_PREFIX = "tfyarn-"  # the user's dir of job dirs in the temp root: tfyarn-UID
+JOB_ID = re.compile(r"local_[A-Za-z0-9_]{1,64}")
 
 
 def new_job_id() -> str:
@@ -160,7 +166,7 @@ class JobDir:
         given --model-dir has none: its model lives elsewhere)."""
         keep = written_dir(self.model_dir)
         if keep is None:
-            shutil.rmtree(self.root, ignore_errors=True)
+            self.discard()
             return
         for name in os.listdir(self.root):
             path = os.path.join(self.root, name)
@@ -170,6 +176,13 @@ class JobDir:
                 shutil.rmtree(path, ignore_errors=True)
             else:
                 os.unlink(path)
+
+    def discard(self) -> None:
+        """The whole job dir, and this user's dir of job dirs if that is now empty (a
+        job leaves nothing in the temp root)."""
+        shutil.rmtree(self.root, ignore_errors=True)
+        with contextlib.suppress(OSError):  # another job's dir is in it
+            os.rmdir(os.path.dirname(self.root))
 
     @property
     def job_json(self) -> str:
@@ -186,11 +199,24 @@ class JobDir:
         return os.path.join(self.root, "logs", f"{label.replace(':', '_')}.log")
 
 
+def jobs_root(tmp_root: str | None) -> str:
+    """This user's dir of local job dirs in the temp root (made 0700, or checked: a
+    symlink, another user's or a dir open to others is refused, `private.NotPrivate`)."""
+    return private.private_dir(os.path.join(tmp_root or tempfile.gettempdir(),
+                                            f"{JOB_DIR_PREFIX}{os.geteuid()}"))
+
+
 def find_job_dir(job_id: str, settings: Settings) -> str | None:
-    """The dir of a local job, if it is still there (`tfyarn status local_...`)."""
-    pattern = os.path.join(settings.tmpdir or tempfile.gettempdir(), f"{JOB_DIR_PREFIX}{job_id}-*")
-    found = sorted(glob.glob(pattern))
-    return found[-1] if found else None
+    """The dir of a local job of this user's, if it is still there (`tfyarn status
+    local_...`): the one path its id names, a real dir of this user's."""
+    if not JOB_ID.fullmatch(job_id):
+        return None
+    path = os.path.join(jobs_root(settings.tmpdir), job_id)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return path if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() else None
 
 
 def stage(spec: JobSpec, root: str, inv: filesmod.Inventory, job_id: str,
@@ -198,19 +224,35 @@ def stage(spec: JobSpec, root: str, inv: filesmod.Inventory, job_id: str,
     """Create the job dir and stage everything; returns (dir, PATH prefix). A failure or
     interrupt half-way leaves no job dir behind."""
     try:
-        jd = JobDir(tempfile.mkdtemp(prefix=f"{JOB_DIR_PREFIX}{job_id}-", dir=root))
+        jd = JobDir(_made(root, job_id))
+    except private.NotPrivate:
+        raise
     except OSError as exc:
         raise EnvironmentMissing(f"cannot create the job dir in {root}: {exc.strerror}; set "
                                  "TMPDIR to a writable directory with free space") from None
     try:
         return jd, _fill(spec, jd, inv, settings)
     except OSError as exc:
-        shutil.rmtree(jd.root, ignore_errors=True)
+        jd.discard()
         raise EnvironmentMissing(f"cannot stage the job in {jd.root}: {exc}; check free space "
                                  "and permissions under TMPDIR") from None
     except BaseException:
-        shutil.rmtree(jd.root, ignore_errors=True)
+        jd.discard()
         raise
+
+
+def _made(root: str, job_id: str) -> str:
+    """The job's dir, made exclusively (never a dir found there) in this user's dir of job
+    dirs; made again if another job of this user's just removed that (it was empty)."""
+    for _ in range(3):
+        path = os.path.join(jobs_root(root), job_id)
+        try:
+            os.mkdir(path, 0o700)
+            return path
+        except FileNotFoundError:
+            continue
+    os.mkdir(path, 0o700)
+    return path
 
 
 def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory, settings: Settings) -> str:
@@ -230,10 +272,21 @@ def _fill(spec: JobSpec, jd: JobDir, inv: filesmod.Inventory, settings: Settings
         os.makedirs(model, exist_ok=True)
     with open(jd.job_json, "w", encoding="utf-8") as f:
         f.write(dataclasses.replace(spec, checkpoint_dir=ckpt, model_dir=model,
-                                    history_dir=settings.local_history()).to_json())
+                                    history_dir=settings.local_history(),
+                                    redact=site_redact(settings)).to_json())
     if spec.runtime.mode == "virtual-env":
         return unpack_env(spec.runtime.arg or "", os.path.join(jd.root, "env"))
     return os.path.dirname(sys.executable)
+
+
+def site_redact(settings: Settings) -> tuple[str, ...]:
+    """tfyarn.yaml's `redact:` names (the staging module, yaml's reader, only where a
+    site defaults file is)."""
+    if not any(os.path.isfile(p) for p in settings.conf_files()):
+        return ()
+    from tfyarn.client import staging
+
+    return staging.load_defaults(settings).redact
 
 
 def _download(remote: Iterable[ShippedFile], dest: str, settings: Settings) -> None:

@@ -13,7 +13,6 @@ Must not decide the job's outcome: the driver does, and the client reads its sta
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -89,7 +88,7 @@ class LocalJob:
         try:
             check_tensorboard(self.spec, env)
         except BaseException:
-            shutil.rmtree(jd.root, ignore_errors=True)
+            jd.discard()
             raise
         with self.interrupts.deferred():
             common.emit_id(self.job_id)

@@ -145,6 +145,9 @@ def _parse_defaults(path: str) -> appspec.ClusterDefaults:
     docker, env, history = (data.get("docker") or {}, data.get("env") or {},
                             data.get("history") or {}) if isinstance(data, dict) \
         else (None, None, None)
+    redact = data.get("redact") or [] if isinstance(data, dict) else []
+    if not isinstance(redact, list):
+        raise SpecError(f"site defaults {path}: `redact:` is a list of name patterns; {fix}")
     if not isinstance(docker, dict) or not isinstance(env, dict) \
             or not isinstance(history, dict) or not isinstance(docker.get("mounts") or [], list):
         raise SpecError(f"site defaults {path}: expected a mapping with `docker:` (network, "
@@ -158,7 +161,8 @@ def _parse_defaults(path: str) -> appspec.ClusterDefaults:
         docker_mounts=tuple(str(m) for m in docker.get("mounts") or ()),
         docker_runtime=runtime,
         extra_env={str(k): str(v) for k, v in env.items()},
-        history_dir=str(history["dir"]) if history.get("dir") else None)
+        history_dir=str(history["dir"]) if history.get("dir") else None,
+        redact=tuple(str(n) for n in redact))
 
 
 # ---------------------------------------------------------------- skein client

@@ -219,7 +219,8 @@ def submitted(spec: JobSpec, opts: ClientOptions,
     defaults = staging.load_defaults(settings, conf_dir)
     spec = staging.keytab_job(spec, opts.principal, opts.keytab)
     spec = with_memory_ceiling(spec, opts)
-    spec = replace(spec, history_dir=spec.history_dir or defaults.history_dir)
+    spec = replace(spec, history_dir=spec.history_dir or defaults.history_dir,
+                   redact=defaults.redact)
     with ExitStack() as held:
         with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:  # uploaded by then
             staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir,
@@ -663,7 +664,7 @@ def history_of(opts: ClientOptions, dirs: tuple[str, ...]) -> history.HistoryRea
         cluster_shelf(opts, d) if "://" in d else history.LocalShelf(d) for d in dirs]
     notes = []
     if not dirs:
-        shelves.append(history.LocalShelf(settings.local_history()))
+        shelves.append(history.LocalShelf(settings.local_history(), mine=True))
         if not yarn:
             notes.append("no Hadoop configuration (HADOOP_CONF_DIR, -conf): local jobs only")
         else:  # the cluster's, where its configuration names one

@@ -18,6 +18,7 @@ from typing import Any
 
 from tfyarn.core import tfconfig, timing
 from tfyarn.core.errors import SpecError
+from tfyarn.core.redact import Redactor, site_rule
 
 APP_TYPES = ("tensorflow-ps", "tensorflow-worker", "tensorflow-mpi", "standalone", "pytorch")
 REMOTE_SCHEMES = ("hdfs://", "viewfs://")  # -f entries YARN localizes itself
@@ -208,6 +209,7 @@ class JobSpec:
     memory_growth: float | None = None  # --memory-growth: x memory after a memory kill
     stall_timeout_s: float | None = None  # --stall-timeout: no progress this long fails
     history_dir: str | None = None  # where the page is saved at the end; None: the default
+    redact: tuple[str, ...] = ()  # tfyarn.yaml's `redact:`: more secret names (regexes)
 
     def __post_init__(self) -> None:
         if self.app_type not in APP_TYPES:
@@ -237,6 +239,17 @@ class JobSpec:
                             f"{MAX['memory_growth']:g} (e.g. 1.5), not {self.memory_growth:g}")
         if self.stall_timeout_s is not None and not 0 < self.stall_timeout_s <= MAX["stall_s"]:
             raise SpecError(f"--stall-timeout must be 1..{MAX['stall_s']} seconds")
+        for name in self.redact:
+            try:
+                re.compile(name)
+            except re.error as exc:
+                raise SpecError(f"tfyarn.yaml redact: {name!r} is not a regular expression "
+                                f"({exc}); fix it in the site defaults") from None
+
+    def redactor(self) -> Redactor:
+        """What this job's output, pages and kept pages hide (core/redact.py): the rule,
+        the site's names, and the values of its secret-named --env settings."""
+        return site_rule(self.redact).with_env(self.env)
 
     @property
     def attempts(self) -> int:
@@ -306,6 +319,7 @@ class JobSpec:
         d["files"] = tuple(ShippedFile(**f) for f in d.get("files", ()))
         d["env"] = tuple((k, v) for k, v in d.get("env", ()))
         d["data"] = tuple(d.get("data", ()))
+        d["redact"] = tuple(d.get("redact", ()))
         d["runtime"] = Runtime(**d.get("runtime", {}))
         yarn = dict(d.get("yarn", {}))
         yarn["tags"] = tuple(yarn.get("tags", ()))

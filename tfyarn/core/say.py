@@ -3,6 +3,8 @@
 stdout is reserved for the job/application id; every process of a job (client, driver,
 launchers, TensorBoard side task) speaks through this, naming itself (`who`) when it is
 not the client. A closed or broken stderr is never an error.
+Every line passes the default redaction rule (core/redact.py): a URL with a delegation
+token or a `password=` in an exception's words is never shown.
 Must not write to stdout: it carries ids only.
 """
 
@@ -11,9 +13,14 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from tfyarn.core.redact import redact
 
-def say(msg: str, who: object = None) -> None:
-    """`tfyarn: msg`, or `tfyarn: WHO: msg` (the driver, a task, tensorboard)."""
+
+def say(msg: str, who: object = None, secret_ok: bool = False) -> None:
+    """`tfyarn: msg`, or `tfyarn: WHO: msg` (the driver, a task, tensorboard).
+    `secret_ok`: the line is the URL of the user's own local page with its `?token=`,
+    which the user needs to open it (as Jupyter prints its own): not redacted."""
     line = f"tfyarn: {msg}" if who is None else f"tfyarn: {who}: {msg}"
+    line = line if secret_ok else redact(line)
     with contextlib.suppress(OSError, ValueError):
         print(line, file=sys.stderr, flush=True)

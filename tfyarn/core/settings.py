@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,14 +49,17 @@ class Settings:
         return [d for d in (self.cache, own, spare) if d]
 
     def own_dir(self, name: str) -> str | None:
-        """`name/` under the first writable cache dir, made; None where none is."""
+        """`name/` under the first writable cache dir that is this user's, made; None where
+        none is. A dir another user owns or may write to (a planted /tmp/tfyarn-cache-UID)
+        is passed over: what tfyarn finds in its cache (native libraries) it loads."""
         for base in self.cache_dirs():
             folder = os.path.join(base, name)
             try:
-                os.makedirs(folder, exist_ok=True)
+                os.makedirs(base, mode=0o700, exist_ok=True)
+                os.makedirs(folder, mode=0o700, exist_ok=True)
             except OSError:
                 continue
-            if os.access(folder, os.W_OK):
+            if own_dir_ok(base) and own_dir_ok(folder) and os.access(folder, os.W_OK):
                 return folder
         return None
 
@@ -125,6 +129,18 @@ class Settings:
         if self.hadoop_conf_dir:
             return self.hadoop_conf_dir
         return os.path.join(self.hadoop_home, "etc", "hadoop") if self.hadoop_home else None
+
+
+def own_dir_ok(path: str) -> bool:
+    """Whether `path` is a real dir (no symlink) this user (or root, for a site's cache)
+    owns and nobody else may write to: the rule for dirs whose contents tfyarn trusts
+    (system/private.py holds the rest of it)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return (stat.S_ISDIR(st.st_mode) and st.st_uid in (os.geteuid(), 0)
+            and not st.st_mode & 0o022)
 
 
 def hadoop_user(env: Mapping[str, str]) -> str:

@@ -96,13 +96,13 @@ def container_client(uri: str, conf_dir: str | None, user: str, token_file: str 
     return TokenClient(address, token, timeout=timeout_s)
 
 
-def put_text(client: Any, path: str, text: str) -> None:
+def put_text(client: Any, path: str, text: str, permission: str = "640") -> None:
     """`text` at `path`, whole: written to a hidden file beside it, then renamed in, so
-    a reader never sees half of it."""
+    a reader never sees half of it. 0640 (HDFS's default is 0644: every cluster user)."""
     folder, name = posixpath.split(path)
     client.makedirs(folder)
     temp = posixpath.join(folder, f".{name}.tmp")
-    client.write(temp, data=text.encode("utf-8"), overwrite=True)
+    client.write(temp, data=text.encode("utf-8"), overwrite=True, permission=permission)
     client.delete(path)  # HDFS renames onto nothing only
     client.rename(temp, path)
 

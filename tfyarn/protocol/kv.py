@@ -28,7 +28,7 @@ from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import DIR_FEED_POLL_S, DIR_POLL_MAX_S, DIR_POLL_S, SKEIN_POLL_S
 from tfyarn.protocol.skeinlink import App
 from tfyarn.system import bell as bellmod
-from tfyarn.system import inotify
+from tfyarn.system import inotify, private
 
 CLUSTER = "cluster"  # records.Cluster, put by the driver once every task registered
 STOP = "stop"  # reason text; every launcher stops its user process when it appears
@@ -185,8 +185,10 @@ class DirKV(KV):
     driver, the client, TensorBoard's side task) waits on inotify. Where neither serves
     (the bell not up yet, no inotify), waits poll, backing off."""
 
-    def __init__(self, root: str, ringer: bool = False, watcher: bool = False) -> None:
+    def __init__(self, root: str, ringer: bool = False, watcher: bool = False,
+                 mode: int = 0o600) -> None:
         self.root = root
+        self.mode = mode  # each key's file's, made exclusively (never through a symlink)
         self.watcher = self.pushes = watcher and inotify.available()
         self._seen: dict[str, tuple[tuple[int, int, int], str]] = {}  # path -> (stat, value)
         self._made: set[str] = set()
@@ -216,10 +218,7 @@ class DirKV(KV):
         if folder not in self._made:
             os.makedirs(folder, exist_ok=True)
             self._made.add(folder)
-        tmp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(value)
-        os.replace(tmp, path)
+        private.write_private(path, value.encode("utf-8"), self.mode)
         if self.bell is not None:
             self.bell.ring()
 

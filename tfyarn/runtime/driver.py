@@ -230,7 +230,8 @@ class Referee:
         if self.spec.app_type == "tensorflow-mpi":
             from tfyarn.protocol.rendezvous import RendezvousServer
 
-            self.rendezvous = RendezvousServer(self.advertise_host).start()
+            hosts = {a.rsplit(":", 1)[0] for a in addrs.values()}  # the tasks' own hosts
+            self.rendezvous = RendezvousServer(self.advertise_host, hosts).start()
             say(f"Horovod gloo rendezvous at {self.rendezvous.address}", "driver")
         table = RankTable({str(t): r for t, r in ranks.items()}, master,
                           self.rendezvous.address if self.rendezvous else None)
@@ -602,7 +603,7 @@ def serve_page(spec: JobSpec, site: Site, settings: Settings, host: str,
         ok = logs_dir and name in {c.name for c in spec.containers()}
         return os.path.join(logs_dir, f"{name}.log") if ok else None
 
-    page = JobPage(view, log_file)
+    page = JobPage(view, log_file, site.page_secret(settings))
     try:
         site.store.put(kvmod.PAGE, site.page_url(page.start(host)))
         return page

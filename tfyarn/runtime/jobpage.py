@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import html
 import http.server
-import os
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -27,7 +26,7 @@ from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import PAGE_REFRESH_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.system.serving import Serving, http_server, send
+from tfyarn.system.serving import Serving, http_server, send, send_file, with_secret
 
 STYLE = """body{font-family:sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
@@ -39,12 +38,13 @@ def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
               logs: Callable[[Task], str | None], user: str = "") -> JobView:
     """The page's data from the store: the current attempt's tasks, or the final status.
     `started`: the job's start, epoch seconds."""
+    hide = spec.redactor()  # what a page shows or keeps holds no secret
     attempt, earlier, states = taskstate.current(store, spec.tasks())
-    rows = tuple(TaskRow(str(s.task), s.addr or "-", s.state.value, s.detail(), logs(s.task),
-                         s.progress()) for s in states)
+    rows = tuple(TaskRow(str(s.task), s.addr or "-", s.state.value, hide(s.detail()),
+                         logs(s.task), s.progress()) for s in states)
     raw_status, tb = store.get(kvmod.STATUS), store.get(kvmod.TENSORBOARD)
     tensorboard = TensorBoard.from_json(tb, kvmod.TENSORBOARD).url if tb else None
-    said = tuple(a.words() for a in earlier)
+    said = hide.lines(a.words() for a in earlier)
     common = {"name": spec.name, "app_type": spec.app_type, "job_id": job_id,
               "elapsed": elapsed_words(time.time() - started), "attempt": attempt,
               "attempts": spec.attempts, "rows": rows, "earlier": said,
@@ -52,11 +52,11 @@ def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
               "started": started}
     if raw_status is None:
         phase = store.get(kvmod.PHASE) or "starting"
-        return JobView(state="RUNNING", message=phase, **common)
+        return JobView(state="RUNNING", message=hide(phase), **common)
     out = Outcome.from_json(raw_status, kvmod.STATUS)
-    return JobView(state=out.state, message=out.message, failing=out.task, tail=out.tail,
-                refresh=False, goodput=tuple(goodput_lines(out.goodput) if out.goodput else ()),
-                **common)
+    return JobView(state=out.state, message=hide(out.message), failing=out.task,
+                   tail=hide.lines(out.tail), refresh=False,
+                   goodput=tuple(goodput_lines(out.goodput) if out.goodput else ()), **common)
 
 
 def render(v: JobView) -> str:
@@ -98,7 +98,16 @@ def render(v: JobView) -> str:
 
 
 def _q(url: str) -> str:
-    return '"' + html.escape(url, quote=True) + '"'
+    """A link's quoted href: http(s) or relative only (a page's values may be forged: no
+    `javascript:`)."""
+    return '"' + html.escape(url if safe_link(url) else "#refused", quote=True) + '"'
+
+
+def safe_link(url: str) -> bool:
+    """Whether a browser given `url` as a link goes to an http(s) or relative address."""
+    bare = "".join(c for c in url if c > " " and c != "\x7f")  # browsers drop these
+    scheme = bare.split(":", 1)[0] if ":" in bare.split("/", 1)[0].split("?", 1)[0] else ""
+    return scheme.lower() in ("", "http", "https")
 
 
 @dataclass
@@ -107,21 +116,22 @@ class JobPage:
 
     view: Callable[[], JobView]
     log_file: Callable[[str], str | None] = lambda _name: None  # local: /logs/NAME -> path
+    secret: str | None = None  # locally: the owner's (every request must carry it)
     serving: Serving | None = field(default=None, init=False)
 
     def start(self, host: str) -> str:
-        server = http_server(host, 0, self.answer)
+        """Serve; the page's URL as its owner opens it (with the secret, if any)."""
+        server = http_server(host, 0, self.answer, self.secret)
         self.serving = Serving(server).start()
-        return f"http://{host}:{server.server_address[1]}/"
+        return with_secret(f"http://{host}:{server.server_address[1]}/", self.secret)
 
     def answer(self, req: http.server.BaseHTTPRequestHandler) -> None:
         path = urllib.parse.urlparse(req.path).path
         if path.startswith("/logs/"):
             file = self.log_file(urllib.parse.unquote(path[len("/logs/"):]))
-            if file is None or not os.path.isfile(file):
+            if file is None or not send_file(req, file, "text/plain; charset=utf-8"):
                 return send(req, 404, b"no such log", "text/plain")
-            with open(file, "rb") as f:
-                return send(req, 200, f.read(), "text/plain; charset=utf-8")
+            return None
         try:
             body = render(self.view()).encode()
         except (StoreGone, OSError) as exc:  # the store went away while the page was asked for

@@ -468,8 +468,10 @@ class Launcher:
         with contextlib.suppress(StoreGone, OSError):  # its last steps, before its exit
             forward_steps(self.store, slot.task, self.reports)
         tail = list(stderr_excerpt(list(slot.pumps[1].tail))) if slot.pumps else []
-        record = TaskEnd(code, self.flag.reason or "", stopped=self.flag.reason is not None,
-                         tail=tuple(tail), result=_result(slot.result_file))
+        hide = self.args.job.redactor()  # the tail is shown by clients, pages, diagnostics
+        record = TaskEnd(code, hide(self.flag.reason or ""),
+                         stopped=self.flag.reason is not None, tail=hide.lines(tail),
+                         result=_result(slot.result_file))
         if code and slot.pumps and slot.pumps[1].noticed and self.login is None:
             record = token_end(record)
         if slot.container:  # the daemon's child, not ours: removed here, whatever ended it

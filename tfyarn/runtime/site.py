@@ -32,6 +32,7 @@ from tfyarn.hdfs import webhdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import App
 from tfyarn.runtime import gang as gangmod
+from tfyarn.system import private
 
 LogLinks = Callable[[Task], "str | None"]
 
@@ -53,6 +54,11 @@ class Site:
         """The URL the job page is published under."""
         return url
 
+    def page_secret(self, settings: Settings) -> str | None:
+        """What the job page asks every request for: locally the owner's secret (a page on
+        127.0.0.1 is reachable by every user of the machine)."""
+        return private.user_secret(settings.home)
+
     def tensorboard_linger_s(self, spec: JobSpec) -> float:
         """How long the driver stays up for TensorBoard after the verdict (locally the
         client keeps the side task up itself)."""
@@ -65,7 +71,8 @@ class Site:
         """Keep the final page in the history dir (locally a dir the client names) as
         JOB_ID.json, renamed in whole (as the store's puts are); where it went."""
         folder = spec.history_dir or settings.local_history()
-        kvmod.DirKV(folder).put(f"{view.job_id}.json", view.to_json())
+        # 0640: a shared history dir's readers are the group's (docs/security.md)
+        kvmod.DirKV(folder, mode=0o640).put(f"{view.job_id}.json", view.to_json())
         return os.path.join(folder, f"{view.job_id}.json")
 
 
@@ -96,6 +103,10 @@ class YarnSite(Site):
     def page_url(self, url: str) -> str:
         return self.app.add_page("tfyarn", url, link_name="tfyarn job")
 
+    def page_secret(self, settings: Settings) -> str | None:
+        """None: on YARN the page is reached through skein's web UI and the RM's proxy."""
+        return None
+
     def tensorboard_linger_s(self, spec: JobSpec) -> float:
         """--tensorboard-linger keeps the application (so the TensorBoard container) up."""
         return spec.tensorboard_linger_s if spec.tensorboard_dir else 0.0
@@ -109,7 +120,7 @@ class YarnSite(Site):
             diagnostics += f"\nlast stderr lines of {outcome.task}:\n" + "\n".join(outcome.tail)
         diagnostics += "\ntasks:\n" + "\n".join(attempt_tables(outcome))
         try:
-            self.app.shutdown(outcome.state, diagnostics)
+            self.app.shutdown(outcome.state, spec.redactor()(diagnostics))
         except StoreGone as exc:  # the master script's exit code still carries the status
             say(f"could not set the final status through skein: {exc!r}", "driver")
 

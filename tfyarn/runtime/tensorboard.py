@@ -1,7 +1,7 @@
 """TensorBoard beside the tasks (`python -m tfyarn.runtime.tensorboard`), one per job with
 -enable_tensorboard True: its own container on YARN, its own process locally.
 
-Runs `python -m tensorboard.main --logdir DIR --bind_all --port P` from the job's
+Runs `python -m tensorboard.main --logdir DIR --host HOST --port P` from the job's
 environment, publishes its URL once it answers HTTP 200 (or why it did not start), and
 stops it once the job has its final status, after --tensorboard-linger. It is not part of
 TF_CONFIG and never decides the job's outcome. Contained like a launcher: it is the child
@@ -93,7 +93,7 @@ def run(spec: JobSpec, store: kvmod.KV, python: str, settings: Settings, flag: S
     env = {**os.environ, TAG_VAR: tag}
     env.update(hdfs.plugin_env(env))  # an hdfs:// logdir: the same plugin as the tasks
     argv = [python, "-m", "tensorboard.main", "--logdir", spec.tensorboard_dir or ".",
-            "--bind_all", "--port", str(port)]
+            "--host", host, "--port", str(port)]  # the advertised host's address only
     child = spawn.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        parent_death=signal.SIGKILL)
     assert child.stdout is not None

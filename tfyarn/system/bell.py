@@ -10,6 +10,8 @@ connects is rung at once, so a put between its last look and its connection is n
 missed. The driver's end closes every connection: listeners wake, and fall back to
 polling. It keeps at most half the process's descriptors for listeners (the driver must
 still open the store's files); waiters beyond that poll.
+Abstract sockets have no permissions, so both ends check the other's uid (SO_PEERCRED):
+another user can neither take a ringer's room nor pose as a bell (docs/security.md).
 Must not carry data: a ring says only "look again", the store holds the values.
 """
 
@@ -21,6 +23,7 @@ import os
 import resource
 import select
 import socket
+import struct
 import threading
 
 
@@ -30,6 +33,15 @@ def name_for(root: str) -> str:
     a hash of its path (hashlib loads OpenSSL: milliseconds of every process's start)."""
     st = os.stat(root)
     return f"\0tfyarn-store-{st.st_dev:x}-{st.st_ino:x}"
+
+
+def peer_uid(sock: socket.socket) -> int | None:
+    """The uid of the process at the other end of a unix socket (SO_PEERCRED)."""
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    return struct.unpack("3i", creds)[1]
 
 
 class Bell:
@@ -60,6 +72,9 @@ class Bell:
                     self._refuse_one()  # waiter polls instead; the store's own files first
                     continue
                 return  # closed
+            if peer_uid(conn) != os.geteuid():  # another user's process: never rung
+                conn.close()
+                continue
             conn.setblocking(False)
             with self.lock:
                 full = len(self.listeners) >= self.room
@@ -114,6 +129,9 @@ class Listener:
         try:
             sock.connect(self.name)
         except OSError:
+            sock.close()
+            return
+        if peer_uid(sock) != os.geteuid():  # a name squatted by another user: poll
             sock.close()
             return
         self.sock = sock

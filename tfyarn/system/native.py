@@ -5,6 +5,8 @@ Why build at use, not at install: the same wheel serves gateways, executors and 
 containers, and what a library must match (TF's ABI for the hdfs:// plugin) is known only
 where it loads. Owns where a built library lives and the race-free build (compile to a
 temp name, rename: concurrent tasks on one host either find it or rename the same bytes).
+A library is loaded only from dirs and a file this user (or root) owns and nobody else
+may write (a cache that falls back to /tmp could hold another user's library otherwise).
 Must not know what it builds: callers give the command.
 """
 
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from tfyarn.core.errors import EnvironmentMissing
 from tfyarn.core.settings import Settings
+from tfyarn.system import private
 
 
 def roots(kind: str) -> list[Path]:
@@ -26,19 +29,41 @@ def roots(kind: str) -> list[Path]:
     return [Path(d) / kind for d in Settings.from_environ().cache_dirs()]
 
 
+def _trusted(root: Path, target: Path) -> bool:
+    """Whether every dir from the cache root down to `target` (and it, if there) is this
+    user's or root's and writable by nobody else: a library loaded from there runs as
+    this user, so one another user could place or swap must not be loaded."""
+    chain = [root.parent, root, *(root / p for p in
+                                  reversed(target.parent.relative_to(root).parents))]
+    chain.append(target.parent)
+    if target.exists() or target.is_symlink():
+        chain.append(target)
+    try:
+        return all(private.trusted(os.lstat(p)) and not os.path.islink(p) for p in chain)
+    except OSError:
+        return False
+
+
 def built(kind: str, rel: str, command: Callable[[str], Sequence[str]], what: str) -> Path:
     """`kind/rel` under the first usable cache root, built by `command(output path)` if it
     is not there yet. `what` names it in errors ("tfyarn's hdfs:// plugin")."""
     target = None
     for root in roots(kind):
         target = root / rel
+        try:
+            os.makedirs(root.parent, mode=0o700, exist_ok=True)  # parents: the umask's mode
+            root.mkdir(mode=0o700, exist_ok=True)
+            for d in (*reversed(target.parent.relative_to(root).parents), target.parent):
+                (root / d).mkdir(mode=0o700, exist_ok=True)
+        except OSError:
+            target = None
+            continue
+        if not _trusted(root, target):
+            target = None  # another user's, or writable by others: never loaded
+            continue
         if target.exists():
             return target
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            break
-        except OSError:
-            continue
+        break
     if target is None:
         raise EnvironmentMissing(f"building {what}: no writable cache dir (set TFYARN_CACHE)")
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
@@ -54,5 +79,6 @@ def built(kind: str, rel: str, command: Callable[[str], Sequence[str]], what: st
     if r.returncode != 0:
         os.unlink(tmp)
         raise EnvironmentMissing(f"building {what} failed:\n{r.stderr[-2000:]}")
+    os.chmod(tmp, 0o755)  # not the umask's: a group-writable library is never loaded
     os.replace(tmp, target)
     return target

@@ -3,7 +3,8 @@
 `serve_forever` wakes every 0.5 s to look for a shutdown request, and `shutdown()` waits
 for that wake-up: a third of a second at the end of every job, for nothing. Here the
 serving loop also watches a pipe, and `stop` writes to it. `http_server` and `send` are
-the HTTP part the job page and `tfyarn history` share (quiet GET handlers).
+the HTTP part the job page and `tfyarn history` share (quiet GET handlers), and the
+owner's secret a local server asks every request for (docs/security.md).
 Must not know what it serves.
 """
 
@@ -16,6 +17,11 @@ import socketserver
 import threading
 from collections.abc import Callable
 from typing import Any
+
+COOKIE = f"tfyarn-token-{os.geteuid()}"  # one per user: two users' pages in one browser
+REQUEST_TIMEOUT_S = 10.0
+FORBIDDEN = (b"403: this page is its owner's alone. Open it with the URL tfyarn printed "
+             b"(it ends in ?token=...); the token is in the owner's ~/.tfyarn/web-token.\n")
 
 
 class Serving:
@@ -50,13 +56,21 @@ class Serving:
         os.close(self.wake_w)
 
 
-def http_server(host: str, port: int, answer: Callable[[Any], None]) -> Any:
+def http_server(host: str, port: int, answer: Callable[[Any], None],
+                secret: str | None = None) -> Any:
     """A threading HTTP server (port 0: any free one) whose every GET `answer(request)`
-    answers, logging nothing; not serving yet (`Serving(server).start()`)."""
+    answers, logging nothing; not serving yet (`Serving(server).start()`). With a
+    `secret`, only a request that carries it (`?token=`, or the cookie a first such
+    request set) is answered; any other gets 403 and nothing of the page."""
     import http.server  # ~15 ms: where a server is wanted, not where this is imported
 
     class Handler(http.server.BaseHTTPRequestHandler):
+        timeout = REQUEST_TIMEOUT_S  # a client that sends half a request is dropped
+        extra_headers: tuple[tuple[str, str], ...] = ()
+
         def do_GET(self) -> None:  # noqa: N802
+            if secret is not None and not admitted(self, secret):
+                return send(self, 403, FORBIDDEN, "text/plain; charset=utf-8")
             answer(self)
 
         def log_message(self, *_args: Any) -> None:
@@ -67,10 +81,63 @@ def http_server(host: str, port: int, answer: Callable[[Any], None]) -> Any:
     return server
 
 
+def admitted(req: Any, secret: str) -> bool:
+    """Whether `req` carries `secret`: as `?token=` (then a cookie is set for the page's
+    relative links) or as that cookie."""
+    import http.cookies
+    import urllib.parse
+
+    from tfyarn.system.private import same_secret
+
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(req.path).query)
+    if same_secret((query.get("token") or [None])[0], secret):
+        req.extra_headers = (("Set-Cookie", f"{COOKIE}={secret}; Path=/; HttpOnly; "
+                                            "SameSite=Strict"),)
+        return True
+    try:
+        jar = http.cookies.SimpleCookie(req.headers.get("Cookie") or "")
+    except http.cookies.CookieError:
+        return False
+    return COOKIE in jar and same_secret(jar[COOKIE].value, secret)
+
+
+def send_file(req: Any, path: str, kind: str) -> bool:
+    """A file of this user's (a log) to `req`, streamed, opened without following a
+    symlink; False (nothing sent) when there is no such file."""
+    from tfyarn.system.private import open_owned
+
+    found = open_owned(path)
+    if found is None:
+        return False
+    f, size = found
+    with f, contextlib.suppress(OSError):
+        req.send_response(200)
+        for name, value in getattr(req, "extra_headers", ()):
+            req.send_header(name, value)
+        req.send_header("Content-Type", kind)
+        req.send_header("Content-Length", str(size))
+        req.end_headers()
+        left = size
+        while left > 0:
+            chunk = f.read(min(left, 1 << 20))
+            if not chunk:
+                break
+            req.wfile.write(chunk)
+            left -= len(chunk)
+    return True
+
+
+def with_secret(url: str, secret: str | None) -> str:
+    """`url` as its owner opens it: with `?token=` where the server asks for one."""
+    return f"{url}?token={secret}" if secret else url
+
+
 def send(req: Any, code: int, body: bytes, kind: str) -> None:
     """One answer to `req` (a BaseHTTPRequestHandler); a client gone meanwhile is fine."""
     with contextlib.suppress(OSError):
         req.send_response(code)
+        for name, value in getattr(req, "extra_headers", ()):
+            req.send_header(name, value)
         req.send_header("Content-Type", kind)
         req.send_header("Content-Length", str(len(body)))
         req.end_headers()
