@@ -2,11 +2,12 @@
 
 A secret is (a) the value of a setting whose name looks like one (`*token*`, `*secret*`,
 `*password*`, `*key*`, `*credential*`, and the names a site adds in tfyarn.yaml's
-`redact:`) written `NAME=value`, `"NAME": "value"`, or `NAME: value` opening a line; (b) a token in a URL
-(`delegation=`, `token=`, as WebHDFS and tfyarn's own pages carry them); (c) the value of
-every such `--env` setting of the job, wherever it appears (a task that prints its
-API key bare). Like Spark's `spark.redaction.regex`, but applied to free text as well as
-to settings, and to values known by the job. Must not do I/O (core: stdlib only).
+`redact:`) written `NAME=value`, `"NAME": "value"`, or `NAME: value` opening a line; (b)
+a token in a URL (`delegation=`, `token=`, as WebHDFS and tfyarn's own pages carry
+them); (c) the value of every such `--env` setting of the job, wherever it appears (a
+task that prints its API key bare). Like Spark's `spark.redaction.regex`, but applied to
+free text as well as to settings, and to values known by the job. Must not do I/O (core:
+stdlib only).
 """
 
 from __future__ import annotations
