@@ -11,6 +11,7 @@ import os
 import pwd
 import re
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -330,16 +331,23 @@ def test_rendezvous_answers_the_jobs_hosts_with_bounded_requests(monkeypatch):
     a full store 507; the job's own hosts are served throughout."""
     server = rendezvous.RendezvousServer("127.0.0.1", ["127.0.0.3"]).start()
     port = int(server.address.rsplit(":", 1)[1])
+    others = socket.gethostbyname(socket.gethostname())  # this machine, not loopback
+    server.allowed = frozenset({"10.255.0.1", "10.255.0.3"})  # the job's hosts elsewhere
     try:
         assert server.httpd.server_address[0] == "127.0.0.1"  # the advertised host only
-        assert request(port, "PUT", "/s/k", b"v", source="127.0.0.2")[0] == 403
-        assert request(port, "GET", "/s/k", source="127.0.0.2")[0] == 403
+        assert not server.admits("127.0.0.2") and not server.admits(others)
+        assert server.admits("10.255.0.3")
+        assert request(port, "PUT", "/s/k", b"v")[0] == 403  # this machine is no job host
+        assert request(port, "GET", "/s/k")[0] == 403
         assert server.store == {}
+        server.allowed = frozenset({"127.0.0.1", "127.0.0.3"})  # one machine's job
+        assert server.admits("127.0.0.2")
         status, _ = request(port, "PUT", "/s/big", b"abc", {"Content-Length": "200000000"})
         assert status == 413 and server.size == 0
         assert request(port, "PUT", "/s/bad", b"abc", {"Content-Length": "x"})[0] == 400
         monkeypatch.setattr(rendezvous, "MAX_KEYS", 2)
         assert request(port, "PUT", "/s/a", b"1")[0] == 200
+        server.allowed = frozenset({"127.0.0.1"})
         assert request(port, "PUT", "/s/b", b"2", source="127.0.0.3")[0] == 200
         assert request(port, "PUT", "/s/c", b"3")[0] == 507
         assert request(port, "PUT", "/s/a", b"11")[0] == 200  # a key held is replaced
