@@ -168,7 +168,8 @@ def test_task_exiting_1_after_its_launcher_died_is_never_a_success(tmp_path):
     os.kill(launcher_pid(job, "worker:0"), signal.SIGKILL)
     (go / "worker").touch()
     lost = "gang/0/lost/worker%3A0"
-    wait_for(lambda: any(tmp_path.glob(f"tfyarn-{job}-*/kv/{lost}")), what="worker:0 lost")
+    kv = tmp_path / f"tfyarn-{os.geteuid()}" / job / "kv"  # the job's dir: its id names it
+    wait_for(lambda: (kv / lost).exists(), what="worker:0 lost")
     (go / "chief").touch()
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
