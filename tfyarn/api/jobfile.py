@@ -99,7 +99,9 @@ def args_of(spec: JobSpec) -> ElSubmitArgs:
         checkpoint_dir=spec.checkpoint_dir, model_dir=spec.model_dir,
         tensorboard_linger=(_whole(spec.tensorboard_linger_s / 60)
                             if spec.tensorboard_dir is not None else None),
-        tags=spec.yarn.tags, force=spec.yarn.max_upload_mb is None)
+        tags=spec.yarn.tags, force=spec.yarn.max_upload_mb is None,
+        view_acls=(",".join(spec.yarn.view_acls),) if spec.yarn.view_acls else (),
+        modify_acls=(",".join(spec.yarn.modify_acls),) if spec.yarn.modify_acls else ())
 
 
 def _load(path: str) -> dict:

@@ -115,6 +115,19 @@ def parse_text(flag: str, value: str | None, what: str) -> str | None:
     return value
 
 
+def parse_list(flag: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    """A repeatable flag of comma-separated entries, each once, in the order given."""
+    out: list[str] = []
+    for value in values:
+        for entry in (e.strip() for e in (parse_text(flag, value, "names") or "").split(",")):
+            if not entry:
+                raise SpecError(f"{flag}: an empty entry in {value!r}; give names separated "
+                                "by single commas")
+            if entry not in out:
+                out.append(entry)
+    return tuple(out)
+
+
 def parse_pairs(flag: str, pairs: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
     """`flag`'s KEY=VALUE words, split at the first `=`."""
     out = []
@@ -261,6 +274,15 @@ class ElSubmitArgs:
     env: tuple[str, ...] = _flag("--env", "KEY=VALUE", "environment variable for every task "
                                  "(repeatable)", ())
     tags: tuple[str, ...] = _flag("--tag", "TAG", "YARN application tag", ())
+    view_acls: tuple[str, ...] = _flag("--view-acls", "WHO", "YARN: users (group:NAME for a "
+                                       "group, * for all) who may also view the job: its "
+                                       "status, logs and page (repeatable, comma-separated; "
+                                       "default: you alone, plus tfyarn.yaml's acls: view:)",
+                                       ())
+    modify_acls: tuple[str, ...] = _flag("--modify-acls", "WHO", "YARN: users or group:NAME "
+                                         "who may also kill or move the job (repeatable, "
+                                         "comma-separated; default: you alone, plus "
+                                         "tfyarn.yaml's acls: modify:)", ())
     force: bool = _flag("--force", "", "ship -f files even if over 1 GB", False)
 
 
@@ -466,5 +488,7 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
             gang_patience_s=float(parse_int("--gang-patience", a.gang_patience,
                                             int(timing.GANG_PATIENCE_S), minimum=1,
                                             maximum=MAX["patience_s"])),
+            view_acls=parse_list("--view-acls", a.view_acls),
+            modify_acls=parse_list("--modify-acls", a.modify_acls),
         ),
     )

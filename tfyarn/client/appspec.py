@@ -51,6 +51,8 @@ class ClusterDefaults:
     extra_env: Mapping[str, str] = field(default_factory=dict)
     history_dir: str | None = None  # `history: dir:`: where YARN jobs' pages are saved
     redact: tuple[str, ...] = ()  # `redact:`: more names of secret settings (regexes)
+    view_acls: tuple[str, ...] = ()  # `acls: view:`: who else views every job
+    modify_acls: tuple[str, ...] = ()  # `acls: modify:`: who else may kill every job
 
     def docker_run(self, spec: JobSpec, runtime: str | None = None) -> docker.DockerRun | None:
         """How the launchers run -m docker tasks (None for other modes)."""
@@ -231,6 +233,7 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
     }
     if spec.yarn.queue:
         app["queue"] = spec.yarn.queue
+    app["acls"] = spec.yarn.acls()  # the owner alone unless the job or the site adds others
     return app
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from tfyarn.client import appspec
 from tfyarn.client import files as filesmod
 from tfyarn.core.errors import SpecError
-from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.jobspec import ACL_ENTRY, JobSpec
 from tfyarn.core.progress import Progress
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
@@ -146,6 +146,9 @@ def _parse_defaults(path: str) -> appspec.ClusterDefaults:
                             data.get("history") or {}) if isinstance(data, dict) \
         else (None, None, None)
     redact = data.get("redact") or [] if isinstance(data, dict) else []
+    acls = data.get("acls") or {} if isinstance(data, dict) else {}
+    if not isinstance(acls, dict):
+        raise SpecError(f"site defaults {path}: `acls:` is a mapping (view:, modify:); {fix}")
     if not isinstance(redact, list):
         raise SpecError(f"site defaults {path}: `redact:` is a list of name patterns; {fix}")
     if not isinstance(docker, dict) or not isinstance(env, dict) \
@@ -162,7 +165,24 @@ def _parse_defaults(path: str) -> appspec.ClusterDefaults:
         docker_runtime=runtime,
         extra_env={str(k): str(v) for k, v in env.items()},
         history_dir=str(history["dir"]) if history.get("dir") else None,
-        redact=tuple(str(n) for n in redact))
+        redact=tuple(str(n) for n in redact),
+        view_acls=_acl_list(acls.get("view"), f"site defaults {path}: acls: view", fix),
+        modify_acls=_acl_list(acls.get("modify"), f"site defaults {path}: acls: modify", fix))
+
+
+def _acl_list(value: Any, where: str, fix: str) -> tuple[str, ...]:
+    """`acls: view:` / `modify:`: a list of users, group:NAME or *, or one such string
+    with commas; checked as --view-acls is."""
+    if value is None:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise SpecError(f"{where}: a list of names (users, group:NAME, *); {fix}")
+    out = tuple(dict.fromkeys(i.strip() for i in items))
+    bad = [e for e in out if not ACL_ENTRY.fullmatch(e)]
+    if bad:
+        raise SpecError(f"{where}: {bad[0]!r} is not a user name, group:NAME or *; {fix}")
+    return out
 
 
 # ---------------------------------------------------------------- skein client

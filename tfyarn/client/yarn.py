@@ -34,7 +34,7 @@ from tfyarn.core.errors import (
     StoreGone,
     TfYarnError,
 )
-from tfyarn.core.jobspec import JobSpec, container_name
+from tfyarn.core.jobspec import JobSpec, YarnOptions, container_name
 from tfyarn.core.policy import am_end, attempt_tables, elapsed_words, restart_words
 from tfyarn.core.progress import Progress
 from tfyarn.core.records import Outcome
@@ -208,6 +208,13 @@ def submit_and_watch(spec: JobSpec, opts: ClientOptions,
         return Watcher(client, app_id, spec, interrupts, follow=opts.follow, opts=opts).run()
 
 
+def with_site_acls(yarn: YarnOptions, defaults: appspec.ClusterDefaults) -> YarnOptions:
+    """The job's ACLs with the site's (tfyarn.yaml `acls:`) added."""
+    return replace(yarn, view_acls=tuple(dict.fromkeys((*defaults.view_acls, *yarn.view_acls))),
+                   modify_acls=tuple(dict.fromkeys((*defaults.modify_acls,
+                                                    *yarn.modify_acls))))
+
+
 @contextmanager
 def submitted(spec: JobSpec, opts: ClientOptions,
               interrupts: Interrupts) -> Iterator[tuple[Yarn, str]]:
@@ -220,7 +227,7 @@ def submitted(spec: JobSpec, opts: ClientOptions,
     spec = staging.keytab_job(spec, opts.principal, opts.keytab)
     spec = with_memory_ceiling(spec, opts)
     spec = replace(spec, history_dir=spec.history_dir or defaults.history_dir,
-                   redact=defaults.redact)
+                   redact=defaults.redact, yarn=with_site_acls(spec.yarn, defaults))
     with ExitStack() as held:
         with tempfile.TemporaryDirectory(prefix="tfyarn-stage-") as tmp:  # uploaded by then
             staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir,

@@ -163,6 +163,10 @@ class Runtime:
             raise SpecError(f"-m {self.mode} needs -m_arg with {what}")
 
 
+GROUP = "group:"  # an ACL entry naming a group, not a user
+ACL_ENTRY = re.compile(r"\*|(?:group:)?[A-Za-z0-9_.][A-Za-z0-9_.@$-]{0,254}")
+
+
 @dataclass(frozen=True)
 class YarnOptions:
     """Knobs that only the YARN backend reads."""
@@ -175,10 +179,32 @@ class YarnOptions:
     max_upload_mb: int | None = 1024  # None: --force, no limit
     gang_patience_s: float = timing.GANG_PATIENCE_S  # --gang-patience
     max_memory_mb: int | None = None  # the queue's largest container (RM, at submit)
+    view_acls: tuple[str, ...] = ()  # --view-acls: who else may view it (users, group:G, *)
+    modify_acls: tuple[str, ...] = ()  # --modify-acls: who else may kill or move it
 
     def __post_init__(self) -> None:
         if not 0 < self.gang_patience_s <= MAX["patience_s"]:
             raise SpecError(f"--gang-patience must be 1..{MAX['patience_s']} seconds")
+        for flag, entries in (("--view-acls", self.view_acls),
+                              ("--modify-acls", self.modify_acls)):
+            for entry in entries:
+                if not ACL_ENTRY.fullmatch(entry):
+                    raise SpecError(f"{flag}: {entry!r} is not a user name, group:NAME or *; "
+                                    f"e.g. {flag} alice,group:analysts")
+
+    def acls(self) -> dict[str, Any]:
+        """skein's ACLs: on, the owner alone unless --view-acls/--modify-acls add others
+        (a view user also sees skein's web UI, so the job page; groups cannot: skein
+        checks UI users only)."""
+        def split(entries: tuple[str, ...]) -> tuple[list[str], list[str]]:
+            groups = [e.removeprefix(GROUP) for e in entries if e.startswith(GROUP)]
+            return [e for e in entries if not e.startswith(GROUP)], groups
+
+        view_users, view_groups = split(self.view_acls)
+        modify_users, modify_groups = split(self.modify_acls)
+        return {"enable": True, "view_users": view_users, "view_groups": view_groups,
+                "modify_users": modify_users, "modify_groups": modify_groups,
+                "ui_users": view_users}
 
 
 @dataclass(frozen=True)
@@ -323,6 +349,8 @@ class JobSpec:
         d["runtime"] = Runtime(**d.get("runtime", {}))
         yarn = dict(d.get("yarn", {}))
         yarn["tags"] = tuple(yarn.get("tags", ()))
+        for key in ("view_acls", "modify_acls"):
+            yarn[key] = tuple(yarn.get(key, ()))
         d["yarn"] = YarnOptions(**yarn)
         return cls(**d)
 

@@ -603,9 +603,9 @@ def serve_page(spec: JobSpec, site: Site, settings: Settings, host: str,
         ok = logs_dir and name in {c.name for c in spec.containers()}
         return os.path.join(logs_dir, f"{name}.log") if ok else None
 
-    page = JobPage(view, log_file, site.page_secret(settings))
+    page = JobPage(view, log_file, site.page_secret(settings), site.page_admit())
     try:
-        site.store.put(kvmod.PAGE, site.page_url(page.start(host)))
+        site.store.put(kvmod.PAGE, site.page_url(page.start(site.page_host(host))))
         return page
     except (StoreGone, OSError) as exc:  # skein's web UI or a port: the job runs without it
         say(f"the job page could not start: {exc!r}", "driver")

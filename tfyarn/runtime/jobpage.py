@@ -1,12 +1,14 @@
 """The job page: one small self-refreshing HTML page the driver serves (stdlib only).
 
-On YARN it is registered with skein's web UI, so the application's tracking URL links it
-(proxied through the ResourceManager); locally it is served on 127.0.0.1 and el_submit
-prints its URL. Every request reads the job's store afresh, so the page always says what
-the store says: job name, app type, state and elapsed time, each task's address, state,
-exit code or reason, attempt and log link, the failing task's stderr tail, earlier
-attempts, and TensorBoard's link. Links are relative, so the proxy path keeps working.
-Must not write to the store or decide anything: it shows what `taskstate` reads.
+On YARN it listens on 127.0.0.1 for skein's web UI in the same container alone (the
+peer's uid is checked) and is registered with it, so the application's tracking URL
+links it through the ResourceManager's proxy, which applies YARN's view ACL; locally it
+is served on 127.0.0.1 to its owner's secret and el_submit prints its URL. Every request
+reads the job's store afresh, so the page always says what the store says: job name, app
+type, state and elapsed time, each task's address, state, exit code or reason, attempt
+and log link, the failing task's stderr tail, earlier attempts, and TensorBoard's link.
+Links are relative, so the proxy path keeps working. Must not write to the store or
+decide anything: it shows what `taskstate` reads.
 """
 
 from __future__ import annotations
@@ -117,11 +119,12 @@ class JobPage:
     view: Callable[[], JobView]
     log_file: Callable[[str], str | None] = lambda _name: None  # local: /logs/NAME -> path
     secret: str | None = None  # locally: the owner's (every request must carry it)
+    admit: Callable[[http.server.BaseHTTPRequestHandler], bool] | None = None  # YARN's rule
     serving: Serving | None = field(default=None, init=False)
 
     def start(self, host: str) -> str:
         """Serve; the page's URL as its owner opens it (with the secret, if any)."""
-        server = http_server(host, 0, self.answer, self.secret)
+        server = http_server(host, 0, self.answer, self.secret, self.admit)
         self.serving = Serving(server).start()
         return with_secret(f"http://{host}:{server.server_address[1]}/", self.secret)
 

@@ -33,6 +33,7 @@ from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import App
 from tfyarn.runtime import gang as gangmod
 from tfyarn.system import private
+from tfyarn.system.serving import same_user_peer
 
 LogLinks = Callable[[Task], "str | None"]
 
@@ -58,6 +59,14 @@ class Site:
         """What the job page asks every request for: locally the owner's secret (a page on
         127.0.0.1 is reachable by every user of the machine)."""
         return private.user_secret(settings.home)
+
+    def page_host(self, host: str) -> str:
+        """Where the job page listens."""
+        return host
+
+    def page_admit(self) -> Callable[[Any], bool] | None:
+        """Who else the page refuses, beyond the secret (docs/security.md)."""
+        return None
 
     def tensorboard_linger_s(self, spec: JobSpec) -> float:
         """How long the driver stays up for TensorBoard after the verdict (locally the
@@ -106,6 +115,15 @@ class YarnSite(Site):
     def page_secret(self, settings: Settings) -> str | None:
         """None: on YARN the page is reached through skein's web UI and the RM's proxy."""
         return None
+
+    def page_host(self, host: str) -> str:
+        """127.0.0.1: skein's web UI runs in this container; nobody on the network reaches
+        the page past the RM's proxy (its AmIpFilter) and the application's view ACL."""
+        return "127.0.0.1"
+
+    def page_admit(self) -> Callable[[Any], bool] | None:
+        """Only this user's processes (skein's web UI), not other users of the node."""
+        return same_user_peer
 
     def tensorboard_linger_s(self, spec: JobSpec) -> float:
         """--tensorboard-linger keeps the application (so the TensorBoard container) up."""

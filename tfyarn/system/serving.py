@@ -57,11 +57,12 @@ class Serving:
 
 
 def http_server(host: str, port: int, answer: Callable[[Any], None],
-                secret: str | None = None) -> Any:
+                secret: str | None = None, admit: Callable[[Any], bool] | None = None) -> Any:
     """A threading HTTP server (port 0: any free one) whose every GET `answer(request)`
     answers, logging nothing; not serving yet (`Serving(server).start()`). With a
     `secret`, only a request that carries it (`?token=`, or the cookie a first such
-    request set) is answered; any other gets 403 and nothing of the page."""
+    request set) is answered; any other gets 403 and nothing of the page. `admit(request)`
+    may refuse more (`same_user_peer`)."""
     import http.server  # ~15 ms: where a server is wanted, not where this is imported
 
     class Handler(http.server.BaseHTTPRequestHandler):
@@ -69,7 +70,8 @@ def http_server(host: str, port: int, answer: Callable[[Any], None],
         extra_headers: tuple[tuple[str, str], ...] = ()
 
         def do_GET(self) -> None:  # noqa: N802
-            if secret is not None and not admitted(self, secret):
+            if (secret is not None and not admitted(self, secret)) or \
+                    (admit is not None and not admit(self)):
                 return send(self, 403, FORBIDDEN, "text/plain; charset=utf-8")
             answer(self)
 
@@ -125,6 +127,38 @@ def send_file(req: Any, path: str, kind: str) -> bool:
             req.wfile.write(chunk)
             left -= len(chunk)
     return True
+
+
+def same_user_peer(req: Any) -> bool:
+    """Whether `req` came over loopback from a process of this server's own user (its
+    socket's owner in /proc/net/tcp): on YARN the job page admits skein's web UI in the
+    same container, which applies YARN's proxy filter and view ACL, and no other user of
+    the node."""
+    client, server = req.client_address, req.connection.getsockname()
+    return peer_uid(client, server) == os.geteuid()
+
+
+def peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
+    """The uid owning the TCP socket at `client` connected to `server` on this host
+    (IPv4; /proc/net/tcp), None where there is none."""
+    import socket
+    import struct
+
+    def hexaddr(addr: tuple[str, int]) -> str:
+        ip = struct.unpack("<I", socket.inet_aton(addr[0]))[0]
+        return f"{ip:08X}:{addr[1]:04X}"
+
+    want = (hexaddr(client), hexaddr(server))
+    try:
+        with open("/proc/net/tcp", encoding="ascii") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                if (fields[1], fields[2]) == want:
+                    return int(fields[7])
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return None
 
 
 def with_secret(url: str, secret: str | None) -> str:
