@@ -290,3 +290,40 @@ def test_tensorboard_is_a_side_service(tmp_path):
     skein.ApplicationSpec.from_dict(app)
     _, plain = build(job(tmp_path, kind="standalone"), tmp_path)
     assert "tensorboard" not in plain["services"]
+
+
+def test_an_application_is_its_owners_alone_unless_acls_add_others(tmp_path):
+    """skein's ACLs are always on: the owner alone by default; --view-acls users see the
+    web UI too; tfyarn.yaml's `acls:` are added to the job's (docs/security.md, C1)."""
+    _, app = build(job(tmp_path), tmp_path)
+    assert app["acls"] == {"enable": True, "view_users": [], "view_groups": [],
+                           "modify_users": [], "modify_groups": [], "ui_users": []}
+    spec = job(tmp_path, view_acls=("alice,group:ml", "bob,alice"), modify_acls=("oncall",))
+    acls = skein.ApplicationSpec.from_dict(build(spec, tmp_path)[1]).acls
+    assert (acls.enable, acls.view_users, acls.view_groups) == (True, ["alice", "bob"], ["ml"])
+    assert (acls.modify_users, acls.ui_users) == (["oncall"], ["alice", "bob"])
+    conf = tmp_path / "tfyarn.yaml"
+    conf.write_text("acls:\n  view: [group:ml-team]\n  modify: oncall,bob\n")
+    site = staging.load_defaults(Settings(conf_file=str(conf), home=str(tmp_path)))
+    from tfyarn.client.yarn import with_site_acls
+
+    merged = with_site_acls(job(tmp_path, view_acls=("alice",)).yarn, site)
+    assert merged.view_acls == ("group:ml-team", "alice")
+    assert merged.modify_acls == ("oncall", "bob")
+    conf.write_text("acls:\n  view: [alice bob]\n")
+    with pytest.raises(SpecError, match=r"acls: view: 'alice bob' is not a user name"):
+        staging.load_defaults(Settings(conf_file=str(conf), home=str(tmp_path)))
+
+
+@pytest.mark.parametrize("flag, value, words", [
+    ("--view-acls", "alice bob", "--view-acls: 'alice bob' is not a user name, group:NAME or *"),
+    ("--modify-acls", "alice,,bob", "--modify-acls: an empty entry in 'alice,,bob'"),
+    ("--view-acls", "group:", "--view-acls: 'group:' is not a user name"),
+])
+def test_bad_acls_are_one_error_line(tmp_path, flag, value, words):
+    out = subprocess.run([sys.executable, "-m", "tfyarn.cli", "-t", "standalone", flag, value,
+                          "--dry-run", "-c", "true"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith(f"Error: {words}") and len(out.stderr.splitlines()) == 1, \
+        out.stderr

@@ -144,3 +144,16 @@ def test_a_job_file_from_dry_run_runs_the_same_local_job(el_submit, tmp_path):
     assert from_file.returncode == 0, from_file.stderr[-2000:]
     assert tf_configs(from_file.stderr) == tf_configs(direct.stderr)
     assert len(tf_configs(direct.stderr)) == 4  # ps, chief, 2 workers
+
+
+def test_acls_round_trip_through_a_job_file(tmp_path):
+    """--view-acls/--modify-acls come back from the job file --dry-run printed."""
+    from tfyarn.api import jobfile
+    from tfyarn.api.options import ElSubmitArgs, from_el_submit
+
+    spec = from_el_submit(ElSubmitArgs(kind="standalone", command=("true",),
+                                       view_acls=("alice,group:ml",), modify_acls=("bob",)),
+                          str(tmp_path))
+    (tmp_path / "job.yaml").write_text(jobfile.dump(spec))
+    again = jobfile.read(str(tmp_path / "job.yaml"))
+    assert (again.yarn.view_acls, again.yarn.modify_acls) == (("alice", "group:ml"), ("bob",))

@@ -20,8 +20,9 @@ from typing import Any
 
 COOKIE = f"tfyarn-token-{os.geteuid()}"  # one per user: two users' pages in one browser
 REQUEST_TIMEOUT_S = 10.0
-FORBIDDEN = (b"403: this page is its owner's alone. Open it with the URL tfyarn printed "
-             b"(it ends in ?token=...); the token is in the owner's ~/.tfyarn/web-token.\n")
+FORBIDDEN = (b"403: this page is its owner's alone. Locally, open it with the URL tfyarn "
+             b"printed (it ends in ?token=...; the token is in the owner's "
+             b"~/.tfyarn/web-token); on YARN, through the application's tracking URL.\n")
 
 
 class Serving:
@@ -140,7 +141,7 @@ def same_user_peer(req: Any) -> bool:
 
 def peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
     """The uid owning the TCP socket at `client` connected to `server` on this host
-    (IPv4; /proc/net/tcp), None where there is none."""
+    (IPv4, or IPv4-mapped IPv6: /proc/net/tcp, tcp6), None where there is none."""
     import socket
     import struct
 
@@ -148,16 +149,22 @@ def peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
         ip = struct.unpack("<I", socket.inet_aton(addr[0]))[0]
         return f"{ip:08X}:{addr[1]:04X}"
 
-    want = (hexaddr(client), hexaddr(server))
-    try:
-        with open("/proc/net/tcp", encoding="ascii") as f:
-            next(f)
-            for line in f:
-                fields = line.split()
-                if (fields[1], fields[2]) == want:
-                    return int(fields[7])
-    except (OSError, ValueError, IndexError, StopIteration):
-        return None
+    def mapped(addr: tuple[str, int]) -> str:  # ::ffff:a.b.c.d, as /proc/net/tcp6 has it
+        ip = struct.unpack("<I", socket.inet_aton(addr[0]))[0]
+        return f"0000000000000000FFFF0000{ip:08X}:{addr[1]:04X}"
+
+    # a JVM's sockets (skein's web UI) are IPv6 ones even to 127.0.0.1: v4-mapped in tcp6
+    for table, want in (("/proc/net/tcp", (hexaddr(client), hexaddr(server))),
+                        ("/proc/net/tcp6", (mapped(client), mapped(server)))):
+        try:
+            with open(table, encoding="ascii") as f:
+                next(f)
+                for line in f:
+                    fields = line.split()
+                    if (fields[1], fields[2]) == want:
+                        return int(fields[7])
+        except (OSError, ValueError, IndexError, StopIteration):
+            continue
     return None
 
 
