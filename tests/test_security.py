@@ -379,8 +379,9 @@ def test_a_planted_cache_never_loads_its_library(mallory, shared, tmp_path, monk
 
 def test_no_env_secret_or_token_in_what_a_job_shows_or_keeps(tmp_path):
     """A task that prints its --env secret and a delegation URL, then fails: el_submit's
-    own lines, its error, --dry-run, the kept page and the job page's words show neither
-    (the task's raw log is its own output, docs/security.md)."""
+    own lines, its error, --dry-run, the kept page, the job page's words and the store's
+    copy of the job (skein's key-value page shows it on YARN) show neither (the task's raw
+    log is its own output, docs/security.md)."""
     value, token = "tok-s3cr3t-0042", "HgAFcm9vdABDELEGATION"
     kept = tmp_path / "kept"
     env = env_for(tmp_path, TFYARN_HISTORY_DIR=str(kept))
@@ -405,6 +406,8 @@ def test_no_env_secret_or_token_in_what_a_job_shows_or_keeps(tmp_path):
             assert secret not in page.read_text()
     view = JobView.from_json(next(kept.iterdir()).read_text())
     assert any(SHOWN in line for line in view.tail), view.tail
+    stored = tmp_path / f"tfyarn-{os.geteuid()}" / out.stdout.strip() / "kv" / "job"
+    assert value not in stored.read_text() and SHOWN in stored.read_text()  # skein's KV page
 
 
 def test_the_rule():

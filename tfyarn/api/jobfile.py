@@ -27,10 +27,7 @@ DERIVED = "containers"  # printed by --dry-run for review; recomputed from the r
 
 def dump(spec: JobSpec) -> str:
     """The job as YAML: every field, plus the containers it asks for (for review)."""
-    shown = spec.describe()
-    hide = spec.redactor()
-    shown["env"] = [[k, SHOWN if hide.secret_name(k) else v] for k, v in spec.env]
-    return yaml.safe_dump(shown, sort_keys=False)
+    return yaml.safe_dump(spec.shown().describe(), sort_keys=False)
 
 
 def read(path: str, env_given: bool = False) -> JobSpec:

@@ -13,12 +13,12 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tfyarn.core import tfconfig, timing
 from tfyarn.core.errors import SpecError
-from tfyarn.core.redact import Redactor, site_rule
+from tfyarn.core.redact import SHOWN, Redactor, site_rule
 
 APP_TYPES = ("tensorflow-ps", "tensorflow-worker", "tensorflow-mpi", "standalone", "pytorch")
 REMOTE_SCHEMES = ("hdfs://", "viewfs://")  # -f entries YARN localizes itself
@@ -271,6 +271,14 @@ class JobSpec:
             except re.error as exc:
                 raise SpecError(f"tfyarn.yaml redact: {name!r} is not a regular expression "
                                 f"({exc}); fix it in the site defaults") from None
+
+    def shown(self) -> JobSpec:
+        """This job as tfyarn shows or stores it where others may read it (`--dry-run`,
+        the store, whose skein page the view ACL's users see): its secret-named --env
+        values redacted."""
+        hide = self.redactor()
+        return replace(self, env=tuple((k, SHOWN if hide.secret_name(k) else v)
+                                       for k, v in self.env))
 
     def redactor(self) -> Redactor:
         """What this job's output, pages and kept pages hide (core/redact.py): the rule,

@@ -536,7 +536,7 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
                     Contention(spec.yarn.gang_patience_s))
     attempt = 0
     store.expect_all()  # first: the one watch every gang's feed and wait shares
-    store.put(kvmod.JOB, spec.to_json())
+    store.put(kvmod.JOB, spec.shown().to_json())  # skein's key-value page shows the store
     store.put(kvmod.TASKS, JobTasks(tuple(str(t) for t in spec.tasks())).to_json())
     while True:
         outcome, tasks = run_attempt(course, attempt)
