@@ -52,8 +52,8 @@ class Shelf(Protocol):
     def names(self) -> list[tuple[float, str]]:
         """(modified, job id) of every kept page."""
 
-    def read(self, job_id: str) -> str | None:
-        """A kept page's JSON, None when there is none."""
+    def read(self, job_id: str) -> JobView | None:
+        """A kept page, None when there is none; RecordError when it is not one to show."""
 
 
 @dataclass
@@ -81,7 +81,7 @@ class LocalShelf:
                     out.append((st.st_mtime, e.name[:-len(SUFFIX)]))
         return out
 
-    def read(self, job_id: str) -> str | None:
+    def read(self, job_id: str) -> JobView | None:
         path = os.path.join(self.where, job_id + SUFFIX)
         try:
             found = private.read_checked(path, PAGE_LIMIT)
@@ -90,13 +90,12 @@ class LocalShelf:
         if found is None:
             return None
         data, owner = found
-        text = data.decode("utf-8", "replace")
-        view = JobView.from_json(text, path)
+        view = JobView.from_json(data.decode("utf-8", "replace"), path)
         want = os.geteuid() if self.mine else _uid_of(view.user)
         if owner != want:
             raise RecordError(f"{path}: the file's owner (uid {owner}) is not the user the "
                               f"page names ({view.user!r}); not shown")
-        return text
+        return view
 
 
 def _uid_of(user: str) -> int | None:
@@ -125,7 +124,7 @@ class HdfsShelf:
                 out.append((st["modificationTime"] / 1000, name[:-len(SUFFIX)]))
         return out
 
-    def read(self, job_id: str) -> str | None:
+    def read(self, job_id: str) -> JobView | None:
         from hdfs.util import HdfsError
 
         path = posixpath.join(self._path(), job_id + SUFFIX)
@@ -148,7 +147,7 @@ class HdfsShelf:
             raise RecordError(f"{self.where}/{job_id}{SUFFIX}: the file's owner "
                               f"({st.get('owner')!r}) is not the user the page names "
                               f"({view.user!r}); not shown")
-        return text
+        return view
 
     def _path(self) -> str:
         return webhdfs.hdfs_path(self.where)
@@ -236,11 +235,8 @@ class HistoryReader:
 def _read(job_id: str, shelf: Shelf) -> JobView | str | None:
     """A kept page, or what went wrong reading it (another tfyarn's format, HDFS)."""
     try:
-        text = shelf.read(job_id)
-        if text is None:
-            return None
-        return checked(JobView.from_json(text, f"{shelf.where}/{job_id}"), job_id,
-                       f"{shelf.where}/{job_id}")
+        view = shelf.read(job_id)
+        return None if view is None else checked(view, job_id, f"{shelf.where}/{job_id}")
     except (RecordError, EnvironmentMissing) as exc:
         return str(exc)
 

@@ -131,16 +131,19 @@ class Settings:
         return os.path.join(self.hadoop_home, "etc", "hadoop") if self.hadoop_home else None
 
 
+def trusted(st: os.stat_result, owners: tuple[int, ...] | None = None) -> bool:
+    """The rule for what tfyarn trusts the contents of (caches, native libraries): owned
+    by one of `owners` (default: this user or root) and writable by nobody else."""
+    return st.st_uid in (owners or (os.geteuid(), 0)) and not st.st_mode & 0o022
+
+
 def own_dir_ok(path: str) -> bool:
-    """Whether `path` is a real dir (no symlink) this user (or root, for a site's cache)
-    owns and nobody else may write to: the rule for dirs whose contents tfyarn trusts
-    (system/private.py holds the rest of it)."""
+    """Whether `path` is a real dir (no symlink) that tfyarn may trust (`trusted`)."""
     try:
         st = os.lstat(path)
     except OSError:
         return False
-    return (stat.S_ISDIR(st.st_mode) and st.st_uid in (os.geteuid(), 0)
-            and not st.st_mode & 0o022)
+    return stat.S_ISDIR(st.st_mode) and trusted(st)
 
 
 def hadoop_user(env: Mapping[str, str]) -> str:

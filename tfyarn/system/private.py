@@ -19,6 +19,7 @@ import threading
 from typing import BinaryIO
 
 from tfyarn.core.errors import EnvironmentMissing
+from tfyarn.core.settings import trusted  # noqa: F401 - the one rule, re-exported
 
 SECRET_FILE = "web-token"  # in ~/.tfyarn: admits its owner to their local pages
 
@@ -57,25 +58,6 @@ def private_dir(path: str) -> str:
     if st.st_mode & 0o077:
         os.chmod(path, 0o700)
     return path
-
-
-def trusted(st: os.stat_result, owners: tuple[int, ...] | None = None) -> bool:
-    """Whether a file or dir with this stat may be trusted: owned by one of `owners`
-    (default: this user or root) and writable by nobody else."""
-    return st.st_uid in (owners or (_uid(), 0)) and not st.st_mode & 0o022
-
-
-def read_owned(path: str, owners: tuple[int, ...] | None = None,
-               limit: int = 64 << 20) -> bytes | None:
-    """A regular file's bytes, read only if one of `owners` (default: this user) owns it
-    (`read_checked`); None when it is missing. Else NotPrivate."""
-    found = read_checked(path, limit)
-    if found is None:
-        return None
-    data, owner = found
-    if owner not in (owners or (_uid(),)):
-        raise NotPrivate(f"{path} belongs to uid {owner}, not to its user; not read")
-    return data
 
 
 def read_checked(path: str, limit: int) -> tuple[bytes, int] | None:

@@ -114,12 +114,7 @@ def send_file(req: Any, path: str, kind: str) -> bool:
         return False
     f, size = found
     with f, contextlib.suppress(OSError):
-        req.send_response(200)
-        for name, value in getattr(req, "extra_headers", ()):
-            req.send_header(name, value)
-        req.send_header("Content-Type", kind)
-        req.send_header("Content-Length", str(size))
-        req.end_headers()
+        _head(req, 200, kind, size)
         left = size
         while left > 0:
             chunk = f.read(min(left, 1 << 20))
@@ -176,10 +171,15 @@ def with_secret(url: str, secret: str | None) -> str:
 def send(req: Any, code: int, body: bytes, kind: str) -> None:
     """One answer to `req` (a BaseHTTPRequestHandler); a client gone meanwhile is fine."""
     with contextlib.suppress(OSError):
-        req.send_response(code)
-        for name, value in getattr(req, "extra_headers", ()):
-            req.send_header(name, value)
-        req.send_header("Content-Type", kind)
-        req.send_header("Content-Length", str(len(body)))
-        req.end_headers()
+        _head(req, code, kind, len(body))
         req.wfile.write(body)
+
+
+def _head(req: Any, code: int, kind: str, length: int) -> None:
+    """The status line and headers (a cookie `admitted` set among them)."""
+    req.send_response(code)
+    for name, value in getattr(req, "extra_headers", ()):
+        req.send_header(name, value)
+    req.send_header("Content-Type", kind)
+    req.send_header("Content-Length", str(length))
+    req.end_headers()
