@@ -13,6 +13,7 @@ Must not know what it builds: callers give the command.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Sequence
@@ -39,9 +40,10 @@ def _trusted(root: Path, target: Path) -> bool:
     if target.exists() or target.is_symlink():
         chain.append(target)
     try:
-        return all(private.trusted(os.lstat(p)) and not os.path.islink(p) for p in chain)
+        stats = [os.lstat(p) for p in chain]
     except OSError:
         return False
+    return all(private.trusted(st) and not stat.S_ISLNK(st.st_mode) for st in stats)
 
 
 def built(kind: str, rel: str, command: Callable[[str], Sequence[str]], what: str) -> Path:

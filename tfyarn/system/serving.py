@@ -131,10 +131,10 @@ def same_user_peer(req: Any) -> bool:
     same container, which applies YARN's proxy filter and view ACL, and no other user of
     the node."""
     client, server = req.client_address, req.connection.getsockname()
-    return peer_uid(client, server) == os.geteuid()
+    return tcp_peer_uid(client, server) == os.geteuid()
 
 
-def peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
+def tcp_peer_uid(client: tuple[str, int], server: tuple[str, int]) -> int | None:
     """The uid owning the TCP socket at `client` connected to `server` on this host
     (IPv4, or IPv4-mapped IPv6: /proc/net/tcp, tcp6), None where there is none."""
     import socket
