@@ -8,6 +8,7 @@ suite, on the same 3 nodes restarted secured). Skipped on a cluster without Kerb
 from __future__ import annotations
 
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -378,3 +379,75 @@ def test_a_job_outliving_its_tokens_lives_by_keytab_and_fails_by_ticket_saying_s
     assert "worker:0: exited with code 1 after its HDFS delegation token expired" in error
     assert "resubmit with --principal YOU@REALM --keytab KEYTAB" in error, error
     assert "restarting after" not in err_t, err_t[-3000:]
+
+
+def other_user(tmp_path: Path) -> dict:
+    """An environment holding the second principal's ticket (another user of the cluster,
+    tfyarn-mallory: `scripts/yarn-sandbox`'s SANDBOX_OTHER_*)."""
+    for var in ("SANDBOX_OTHER_PRINCIPAL", "SANDBOX_OTHER_KEYTAB"):
+        assert os.environ.get(var), f"{var}: eval \"$(scripts/yarn-sandbox env)\" first"
+    env = {**os.environ, "KRB5CCNAME": f"FILE:{tmp_path / 'other-ccache'}"}
+    subprocess.run(["kinit", "-kt", os.environ["SANDBOX_OTHER_KEYTAB"],
+                    os.environ["SANDBOX_OTHER_PRINCIPAL"]], check=True, env=env)
+    return env
+
+
+def hdfs_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run(["hdfs", "dfs", *args], capture_output=True, text=True,
+                          timeout=120, env=env)
+
+
+def test_another_principal_neither_kills_views_nor_reads_the_job(tmp_path):
+    """docs/security.md C1-C4 with Kerberos, as tfyarn-mallory@TFYARN.TEST (no ACL entry):
+    `yarn application -kill` is refused and the job runs on; the job page through the
+    RM's proxy is refused; the staged job (skein's .skein/APP, with the --env values) and
+    tfyarn's HDFS dir (checkpoints, models, kept pages) are unreadable; the secret shows
+    nowhere mallory can look. The owner then kills it."""
+    secret = "tok-" + os.urandom(6).hex()
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "standalone", *SMALL,
+                             "--env", f"SERVICE_TOKEN={secret}", "--python", sys.executable,
+                             "-c", "sleep 600"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    app_id = proc.stdout.readline().strip()
+    page = None
+    for line in proc.stderr:
+        if line.startswith("tfyarn: job page: "):
+            page = line.split(": ", 2)[2].strip()
+            break
+    mallory = other_user(tmp_path)
+    owner = pwd.getpwuid(os.geteuid()).pw_name
+    try:
+        assert page and APP_ID.match(app_id), (page, app_id)
+        login = kerberos.login(os.environ["HADOOP_CONF_DIR"], None, None, None)
+        wait_until(lambda: "running" in _page(page, login), 180, "the page shows the task")
+        out = subprocess.run(["yarn", "application", "-kill", app_id], capture_output=True,
+                             text=True, timeout=120, env=mallory)
+        assert out.returncode != 0
+        assert "cannot perform operation MODIFY_APP" in out.stderr, out.stderr[-2000:]
+        assert final_state(app_id).startswith("RUNNING"), final_state(app_id)
+        theirs = spnego.Negotiator(ccache=mallory["KRB5CCNAME"])
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            spnego.urlopen(page, {}, theirs, 30).read()
+        body = refused.value.read().decode(errors="replace")
+        assert refused.value.code in (401, 403) and "worker:0" not in body, body[-2000:]
+        for path in (f"/user/{owner}/.skein/{app_id}", f"/user/{owner}/.tfyarn"):
+            out = hdfs_cli("-ls", "-R", path, env=mallory)
+            assert out.returncode != 0 and "Permission denied" in out.stderr, out
+        staged = hdfs_cli("-cat", f"/user/{owner}/.skein/{app_id}/*", env=mallory)
+        assert staged.returncode != 0 and secret not in staged.stdout + staged.stderr
+        mine = hdfs_cli("-stat", "%a", f"/user/{owner}/.tfyarn", env=dict(os.environ))
+        assert mine.stdout.strip() == "700", mine
+    finally:
+        if app_id:
+            yarn_cli("application", "-kill", app_id)
+        proc.communicate(timeout=120)
+    assert final_state(app_id).endswith("/KILLED")
+
+
+def _page(url: str, login: spnego.Negotiator) -> str:
+    try:
+        with spnego.urlopen(url, {}, login, 30) as resp:
+            return resp.read().decode(errors="replace")
+    except urllib.error.HTTPError:
+        return ""

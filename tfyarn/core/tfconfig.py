@@ -86,22 +86,28 @@ def identity_env(task: Task, job_id: str, num_tasks: int) -> dict[str, str]:
             "TFYARN_JOB_ID": job_id, "TFYARN_NUM_TASKS": str(num_tasks)}
 
 
+def tfyarn_home(user: str) -> str:
+    """tfyarn's own dir in the user's HDFS home: the default checkpoints, models, kept
+    pages and cache live under it; made 0700 (`YarnSite.prepare`, the HDFS cache)."""
+    return f"hdfs:///user/{user}/.tfyarn"
+
+
 def checkpoint_dir(given: str | None, job_id: str, user: str) -> str:
     """--checkpoint-dir, else (on YARN: the local client always gives one) a dir per
     application under the user's HDFS home, which every container can reach."""
-    return given or f"hdfs:///user/{user}/.tfyarn/checkpoints/{job_id}"
+    return given or f"{tfyarn_home(user)}/checkpoints/{job_id}"
 
 
 def model_dir(given: str | None, job_id: str, user: str) -> str:
     """--model-dir, else (on YARN: the local client always gives one) a dir per
     application under the user's HDFS home, which outlives the containers."""
-    return given or f"hdfs:///user/{user}/.tfyarn/models/{job_id}"
+    return given or f"{tfyarn_home(user)}/models/{job_id}"
 
 
 def history_dir(given: str | None, user: str) -> str:
     """Where a YARN job's page is saved when it ends (`tfyarn history` serves it): the
     site's `history: dir:` (tfyarn.yaml), else the user's HDFS home."""
-    return given or f"hdfs:///user/{user}/.tfyarn/history"
+    return given or f"{tfyarn_home(user)}/history"
 
 
 def run_env(attempt: int, checkpoints: str, model: str,

@@ -7,7 +7,9 @@ rename; a concurrent submit of the same archive either finds it or renames the s
 over it). Talks WebHDFS (no JVM; SPNEGO under Kerberos); where WebHDFS cannot serve (no
 configuration, a default filesystem other than HDFS), callers upload through skein as
 before and say so.
-Must not overwrite a cached archive: a name is its content's hash, written once.
+The dir is 0700 and each archive 0600 (a user's env and files are theirs: YARN localizes
+them as the user). Must not overwrite a cached archive: a name is its content's hash,
+written once.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from tfyarn.core.progress import Progress, Reading
 from tfyarn.hdfs.siteconf import kerberized, read_site
 from tfyarn.hdfs.spnego import Negotiator
-from tfyarn.hdfs.webhdfs import client_for, failing_as
+from tfyarn.hdfs.webhdfs import client_for, failing_as, private_dir
 
 CACHE_DIR = ".tfyarn/cache"  # under the user's HDFS home
 MIN_DIR_BYTES = 64 * 1024 * 1024  # -f dirs smaller than this are just uploaded each time
@@ -81,12 +83,12 @@ class HdfsCache:
         final = f"{self.root}/{sha256(local)}{suffix(local)}"
         if self.client.status(final, strict=False) is not None:
             return f"hdfs://{final}", True
-        self.client.makedirs(self.root)
+        private_dir(self.client, self.root)
         tmp = f"{final}.{uuid.uuid4().hex}.tmp"
         progress = Progress(f"uploading {os.path.basename(local)} to the HDFS cache",
                             os.path.getsize(local))
         with open(local, "rb") as f:
-            self.client.write(tmp, data=Reading(f, progress), overwrite=True)
+            self.client.write(tmp, data=Reading(f, progress), overwrite=True, permission="600")
         progress.finish()
         try:
             self.client.rename(tmp, final)

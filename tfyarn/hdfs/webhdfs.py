@@ -96,6 +96,13 @@ def container_client(uri: str, conf_dir: str | None, user: str, token_file: str 
     return TokenClient(address, token, timeout=timeout_s)
 
 
+def private_dir(client: Any, path: str) -> None:
+    """`path` and any missing parent made 0700 (HDFS makes dirs 0755: every cluster user
+    lists and reads them). One MKDIRS: a dir already there keeps its mode, which its
+    owner may have opened on purpose."""
+    client.makedirs(path, permission="700")
+
+
 def put_text(client: Any, path: str, text: str, permission: str = "640") -> None:
     """`text` at `path`, whole: written to a hidden file beside it, then renamed in, so
     a reader never sees half of it. 0640 (HDFS's default is 0644: every cluster user)."""

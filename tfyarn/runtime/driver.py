@@ -672,6 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     starter = threading.Thread(target=start_page, daemon=True)
     starter.start()
+    site.prepare(settings)
     outcome = run(spec, site.store, host, site.gang(spec))
     linger = site.tensorboard_linger_s(spec)
     exit_within(VERDICT_EXIT_S + (linger + TENSORBOARD_DONE_SLACK_S if linger else 0),

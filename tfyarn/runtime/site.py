@@ -20,15 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tfyarn.core.errors import StoreGone
+from tfyarn.core.errors import EnvironmentMissing, StoreGone
 from tfyarn.core.jobspec import JobSpec, container_name
 from tfyarn.core.policy import attempt_tables
 from tfyarn.core.records import JobView, Outcome
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
-from tfyarn.core.tfconfig import Task, history_dir
+from tfyarn.core.tfconfig import Task, history_dir, tfyarn_home
 from tfyarn.core.timing import HISTORY_SAVE_S, TENSORBOARD_DONE_SLACK_S
 from tfyarn.hdfs import webhdfs
+from tfyarn.hdfs.siteconf import read_site
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import App
 from tfyarn.runtime import gang as gangmod
@@ -72,6 +73,9 @@ class Site:
         """How long the driver stays up for TensorBoard after the verdict (locally the
         client keeps the side task up itself)."""
         return 0.0
+
+    def prepare(self, settings: Settings) -> None:
+        """Before the first task starts (locally nothing: the job dirs are private)."""
 
     def finish(self, spec: JobSpec, outcome: Outcome) -> None:
         """Hand the job's end over, once its status is in the store."""
@@ -124,6 +128,23 @@ class YarnSite(Site):
     def page_admit(self) -> Callable[[Any], bool] | None:
         """Only this user's processes (skein's web UI), not other users of the node."""
         return same_user_peer
+
+    def prepare(self, settings: Settings) -> None:
+        """tfyarn's HDFS dir (`tfyarn_home`: default checkpoints, models and kept pages)
+        made 0700 before any task writes under it, where it is not there yet. A NameNode
+        that cannot be reached costs a line here, not the job (HISTORY_SAVE_S at most)."""
+        home = tfyarn_home(settings.user)
+        conf = settings.hadoop_conf_dir
+        core = read_site(os.path.join(conf, "core-site.xml")) if conf else {}
+        if not core.get("fs.defaultFS", "").startswith("hdfs://"):
+            return  # no HDFS home: the defaults are given elsewhere
+        try:
+            client = webhdfs.container_client(home, settings.hadoop_conf_dir, settings.user,
+                                              settings.token_file, HISTORY_SAVE_S)
+            with webhdfs.failing_as(f"making {home} private"):
+                webhdfs.private_dir(client, webhdfs.hdfs_path(home))
+        except EnvironmentMissing as exc:
+            say(f"{exc}: dirs tfyarn makes under it may be readable by other users", "driver")
 
     def tensorboard_linger_s(self, spec: JobSpec) -> float:
         """--tensorboard-linger keeps the application (so the TensorBoard container) up."""
