@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -451,3 +452,49 @@ def _page(url: str, login: spnego.Negotiator) -> str:
             return resp.read().decode(errors="replace")
     except urllib.error.HTTPError:
         return ""
+
+
+def test_history_with_spnego_shows_each_viewer_what_the_view_acl_admits(tmp_path):
+    """docs/security.md H5: `tfyarn history --spnego-keytab` on a Kerberized cluster. No
+    login: 401 Negotiate. tfyarn-mallory (a second principal) sees the job whose
+    --view-acls names them and not the other one, whose page answers 404 as a job that
+    never was; the cookie the server signs carries the login on, a forged one does not;
+    the owner (here also YARN's admin) sees both."""
+    mine, _ = submit("-t", "standalone", *SMALL, "-c", "true")
+    shared, _ = submit("-t", "standalone", *SMALL, "--view-acls", "tfyarn-mallory", "-c", "true")
+    assert mine.returncode == 0 and shared.returncode == 0, mine.stderr[-3000:]
+    hidden, seen = mine.stdout.split()[0], shared.stdout.split()[0]
+    mallory = other_user(tmp_path)
+    service = str(Path(os.environ["SANDBOX_KEYTAB"]).parent / "service.keytab")
+    server = subprocess.Popen([sys.executable, "-m", "tfyarn", "history", "--port", "0",
+                               "--spnego-keytab", service], stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        url = next(line for line in server.stderr if line.startswith("tfyarn: history: "))
+        url = url.split(": ", 2)[2].split()[0]
+        assert "token=" not in url, url
+        with pytest.raises(urllib.error.HTTPError) as asked:
+            urllib.request.urlopen(url, timeout=30)
+        assert asked.value.code == 401 and asked.value.headers["WWW-Authenticate"] == "Negotiate"
+        theirs = spnego.Negotiator(ccache=mallory["KRB5CCNAME"])
+        with spnego.urlopen(url, {}, theirs, 60) as resp:
+            listing, cookie = resp.read().decode(), resp.headers["Set-Cookie"].split(";")[0]
+        assert seen in listing and hidden not in listing, listing[-3000:]
+        with spnego.urlopen(f"{url}job/{seen}/", {"Cookie": cookie}, None, 30) as resp:
+            assert seen in resp.read().decode()
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            spnego.urlopen(f"{url}job/{hidden}/", {"Cookie": cookie}, None, 30)
+        assert refused.value.code == 404 and hidden in refused.value.read().decode()
+        name, _, value = cookie.partition("=")
+        forged = f"{name}=root.{value.split('.')[1]}.{'0' * 64}"
+        with pytest.raises(urllib.error.HTTPError) as forged_out:
+            urllib.request.urlopen(urllib.request.Request(url, headers={"Cookie": forged}),
+                                   timeout=30)
+        assert forged_out.value.code == 401
+        owner = kerberos.login(os.environ["HADOOP_CONF_DIR"], None, None, None)
+        with spnego.urlopen(url, {}, owner, 60) as resp:
+            both = resp.read().decode()
+        assert seen in both and hidden in both
+    finally:
+        server.terminate()
+        server.communicate(timeout=60)

@@ -9,7 +9,7 @@ import pytest
 from tfyarn.api.options import ElSubmitArgs, from_el_submit, join_command, parse_memory
 from tfyarn.core import tfconfig
 from tfyarn.core.errors import SpecError
-from tfyarn.core.jobspec import JobSpec
+from tfyarn.core.jobspec import JobSpec, acl_admits, yarn_acl
 from tfyarn.core.tfconfig import Task
 
 
@@ -96,3 +96,13 @@ def test_tf_config_and_cluster_spec():
     with pytest.raises(ValueError):
         tfconfig.cluster_spec({Task("worker", 1): "h:1"})
     assert Task.parse("worker:12") == Task("worker", 12)
+
+
+def test_acls_admit_as_yarn_reads_them():
+    """--view-acls' form (users, group:NAME, *) and yarn.admin.acl's (`users groups`)."""
+    assert acl_admits(("bob", "group:ml"), "bob", []) and acl_admits(("group:ml",), "al", ["ml"])
+    assert not acl_admits(("bob", "group:ml"), "al", ["ops"])
+    assert acl_admits(("*",), "anyone", []) and not acl_admits(("*",), "", [])
+    assert yarn_acl("*") == ("*",) and yarn_acl("") == () and yarn_acl(" ") == ()
+    assert yarn_acl("root,yarn hadoop,ops") == ("root", "yarn", "group:hadoop", "group:ops")
+    assert yarn_acl(" admins") == ("group:admins",)

@@ -421,3 +421,59 @@ def test_the_rule():
     assert "HgAF" not in url and url.endswith("&offset=0")
     assert re.search(r"token=\*", hide("http://127.0.0.1:1/?token=xyz"))
     assert Redactor(("apikey",)).secret_name("MY_APIKEY") and not Redactor().secret_name("PATH")
+
+
+# ---------------------------------------------------------------- history for many (row H5)
+
+
+def test_a_history_gate_answers_no_one_without_a_login_and_each_viewer_theirs(tmp_path):
+    """`tfyarn history --spnego-keytab` without a KDC (the Kerberos login itself is
+    integration/test_kerberos.py's): no Authorization gets 401 Negotiate; a token that is
+    not one, or that the keytab cannot check, gets 403 saying why; a viewer the server
+    signed in (its cookie) sees their own jobs and those whose view ACL names them, the
+    rest answer 404 as jobs that never were; a cookie tampered with or expired is no
+    login."""
+    from tfyarn.client.history import VIEWER_COOKIE, Gate, HistoryReader, HistoryServer, LocalShelf
+    from tfyarn.hdfs.spnego import Acceptor
+    from tfyarn.protocol.kv import DirKV
+
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    shelf = tmp_path / "history"
+    DirKV(str(shelf), mode=0o640).put("local_own_1.json", page_json("local_own_1", me))
+    DirKV(str(shelf), mode=0o640).put("local_lent_1.json", page_json(
+        "local_lent_1", me, view_acls=["bob"]))
+    gate = Gate(Acceptor(str(tmp_path / "no.keytab")), admins=("group:no-such-group",))
+    server = HistoryServer(HistoryReader([LocalShelf(str(shelf))]), None, gate)
+    url = server.start("127.0.0.1", 0)
+    port = int(url.rsplit(":", 1)[1].strip("/"))
+
+    def get(path: str, **headers: str) -> tuple[int, str, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", path, headers=headers)
+        resp = conn.getresponse()
+        out = resp.status, resp.read().decode(), dict(resp.getheaders())
+        conn.close()
+        return out
+
+    def cookie(user: str, until: float) -> str:
+        return f"{VIEWER_COOKIE}={gate.signed(user, until)}"
+    try:
+        code, _, headers = get("/")
+        assert code == 401 and headers["WWW-Authenticate"] == "Negotiate"
+        code, body, _ = get("/", Authorization="Negotiate !!!")
+        assert code == 403 and "not base64" in body
+        code, body, _ = get("/", Authorization="Negotiate YWJj")
+        assert code == 403 and "no.keytab" in body, body
+        bob = cookie("bob", time.time() + 60)
+        code, body, _ = get("/", Cookie=bob)
+        assert code == 200 and "local_lent_1" in body and "local_own_1" not in body, body
+        assert get("/job/local_lent_1/", Cookie=bob)[0] == 200
+        code, body, _ = get("/job/local_own_1/", Cookie=bob)
+        assert code == 404 and "no kept page for local_own_1" in body
+        code, body, _ = get("/", Cookie=cookie(me, time.time() + 60))
+        assert code == 200 and "local_lent_1" in body and "local_own_1" in body
+        tampered = bob.replace("bob.", f"{me}.", 1)
+        for bad in (tampered, cookie("bob", time.time() - 1), f"{VIEWER_COOKIE}=bob"):
+            assert get("/", Cookie=bad)[0] == 401, bad
+    finally:
+        server.stop()

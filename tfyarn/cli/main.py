@@ -289,28 +289,35 @@ def ls_cmd(show_all: bool, conf: str | None, principal: str | None, keytab: str 
               "(hdfs://... or a local dir; repeatable). Default: the cluster's (tfyarn.yaml "
               "`history: dir:`, else hdfs:///user/$USER/.tfyarn/history) and local jobs' "
               "(~/.tfyarn/history, $TFYARN_HISTORY_DIR)")
+@click.option("--spnego-keytab", "spnego_keytab", metavar="FILE", help="a keytab holding "
+              "HTTP/HOST@REALM: viewers log in by Kerberos (SPNEGO) and each sees only "
+              "the jobs whose view ACL admits them (YARN's admins: all). Without it: "
+              "only you, by the token in the printed URL")
 @cluster_options
-def history_cmd(host: str, port: int, dirs: tuple[str, ...], conf: str | None,
-                principal: str | None, keytab: str | None) -> int:
+def history_cmd(host: str, port: int, dirs: tuple[str, ...], spnego_keytab: str | None,
+                conf: str | None, principal: str | None, keytab: str | None) -> int:
     """Serve the tfyarn jobs, finished and running, newest first, each linking its page
     (a finished job's as its driver kept it), until Ctrl-C."""
     with edge():
         from tfyarn.client import yarn
         from tfyarn.client.history import HistoryServer
 
-        reader = yarn.history_of(_opts(conf, principal, keytab), dirs)
+        opts = _opts(conf, principal, keytab)
+        gate = yarn.history_gate(opts, spnego_keytab) if spnego_keytab else None
+        reader = yarn.history_of(opts, dirs)
         reader.listing()  # every kept page read once before the first answer (~15 ms each)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         from tfyarn.core.settings import Settings
         from tfyarn.system.private import user_secret
 
-        server = HistoryServer(reader, user_secret(Settings.from_environ().home))
+        server = HistoryServer(reader, user_secret(Settings.from_environ().home), gate)
         try:
             url = server.start(host, port)
         except OSError as exc:
             raise SpecError(f"--host/--port: cannot serve on {host}:{port} ({exc}); pick "
                             "another port (--port 0: any free one)") from None
-        click.echo(f"tfyarn: history: {url}", err=True)
+        who = " (viewers log in by Kerberos: SPNEGO)" if gate else ""
+        click.echo(f"tfyarn: history: {url}{who}", err=True)
         try:
             signal.sigwait({signal.SIGINT, signal.SIGTERM})
         finally:

@@ -5,20 +5,27 @@ Owns reading the history dirs the drivers save final pages to (`JOB_ID.json`, a
 with the running tfyarn jobs (the ResourceManager's applications; local job dirs that
 have no final status yet), newest first, and serving it: the listing at `/`, each kept
 page at `/job/ID/` (rendered by the live page's own `render`), a kept local job's logs
-beside it. A kept page never changes, so each is read once per server. Must not write
-(the driver keeps the pages: `runtime/site.py`) nor ask the cluster anything at import.
+beside it. A kept page never changes, so each is read once per server. Who is served: the
+owner alone by the secret, or, with a `Gate`, each Kerberos viewer (SPNEGO) the jobs
+whose view ACL admits them. Must not write (the driver keeps the pages:
+`runtime/site.py`) nor ask the cluster anything at import.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import grp
+import hashlib
+import hmac
 import html
+import http.cookies
 import http.server
 import math
 import os
 import posixpath
 import pwd
+import secrets
 import socket
 import stat
 import threading
@@ -29,8 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from tfyarn.core.errors import EnvironmentMissing, TfYarnError
+from tfyarn.core.jobspec import acl_admits
 from tfyarn.core.records import JobView, RecordError
-from tfyarn.hdfs import webhdfs
+from tfyarn.hdfs import spnego, webhdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime.jobpage import STYLE, render
 from tfyarn.system import private
@@ -167,12 +175,13 @@ class Listed:
     ended: float | None
     link: str | None
     goodput: str = ""
+    view_acls: tuple[str, ...] = ()  # who else may see it (kept pages; a running app's: ())
 
 
 def listed(view: JobView) -> Listed:
     first = view.goodput[0].split(", by attempt")[0] if view.goodput else ""
     return Listed(view.job_id, view.name, view.app_type, view.user, view.state, view.started,
-                  view.ended, f"job/{urllib.parse.quote(view.job_id)}/", first)
+                  view.ended, f"job/{urllib.parse.quote(view.job_id)}/", first, view.view_acls)
 
 
 @dataclass
@@ -292,7 +301,8 @@ def running_local(tmp_root: str | None) -> list[Listed]:
             started = os.path.getmtime(jd.job_json)
         except (OSError, ValueError, TypeError, KeyError, TfYarnError):  # ended and gone since
             continue
-        out.append(Listed(job_id, spec.name, spec.app_type, "", "RUNNING", started, None, page))
+        out.append(Listed(job_id, spec.name, spec.app_type, pwd.getpwuid(os.geteuid()).pw_name,
+                          "RUNNING", started, None, page))
     return out
 
 
@@ -360,32 +370,124 @@ def _took(r: Listed, now: float) -> str:
 # ---------------------------------------------------------------- the server
 
 
+VIEWER_COOKIE = "tfyarn-viewer"
+VIEWER_TTL_S = 3600  # a viewer's login is checked again (SPNEGO) after this
+
+
+@dataclass
+class Gate:
+    """Kerberos viewers of `tfyarn history --spnego-keytab`: a request proves its
+    principal by SPNEGO (the server's keytab: HTTP/HOST@REALM), answered with a cookie
+    this server signs (its own random key) for VIEWER_TTL_S, as Hadoop's web UIs sign
+    theirs. A viewer sees a job when it is theirs (the page's user is their local name),
+    its view ACL names them or a group of theirs (this host's groups, as Hadoop's shell
+    group mapping), or they are YARN's admins (`admins`: yarn.admin.acl)."""
+
+    acceptor: spnego.Acceptor
+    admins: tuple[str, ...] = ()
+    key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+
+    def viewer(self, req: http.server.BaseHTTPRequestHandler) -> str | None:
+        """The viewer's local user name; None when `req` has been answered (401 asking for
+        a login, 403 naming why one was refused)."""
+        user = self._from_cookie(req.headers.get("Cookie") or "")
+        if user:
+            return user
+        header = req.headers.get("Authorization")
+        if not header:
+            req.extra_headers = (("WWW-Authenticate", "Negotiate"),)  # type: ignore[attr-defined]
+            _send(req, 401, "401: log in by Kerberos (kinit, then a browser set up for "
+                  "SPNEGO, or curl --negotiate -u :)", "text/plain")
+            return None
+        try:
+            user = self.acceptor.accept(header).user
+        except spnego.NegotiateRefused as exc:
+            _send(req, 403, f"403: {exc}", "text/plain")
+            return None
+        cookie = f"{VIEWER_COOKIE}={self.signed(user, time.time() + VIEWER_TTL_S)}"
+        req.extra_headers = (  # type: ignore[attr-defined]
+            ("Set-Cookie", f"{cookie}; Path=/; HttpOnly; SameSite=Strict"),)
+        return user
+
+    def signed(self, user: str, until: float) -> str:
+        text = f"{urllib.parse.quote(user, safe='')}.{int(until)}"
+        return f"{text}.{hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()}"
+
+    def _from_cookie(self, header: str) -> str | None:
+        try:
+            jar = http.cookies.SimpleCookie(header)
+        except http.cookies.CookieError:
+            return None
+        if VIEWER_COOKIE not in jar:
+            return None
+        text, _, mac = jar[VIEWER_COOKIE].value.rpartition(".")
+        user, _, until = text.rpartition(".")
+        want = hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
+        if not (hmac.compare_digest(mac, want) and until.isdigit()
+                and time.time() < int(until)):
+            return None
+        return urllib.parse.unquote(user)
+
+    def shows(self, viewer: str, owner: str, view_acls: tuple[str, ...]) -> bool:
+        groups = _groups(viewer)
+        return (bool(owner) and viewer == owner) or acl_admits(view_acls, viewer, groups) \
+            or acl_admits(self.admins, viewer, groups)
+
+
+def _groups(user: str) -> list[str]:
+    """`user`'s groups on this host; none for a name with no account here."""
+    try:
+        gids = os.getgrouplist(user, pwd.getpwnam(user).pw_gid)
+    except (KeyError, OSError):
+        return []
+    out = []
+    for gid in gids:
+        with contextlib.suppress(KeyError):
+            out.append(grp.getgrgid(gid).gr_name)
+    return out
+
+
 @dataclass
 class HistoryServer:
-    """`tfyarn history`'s HTTP server (a daemon thread; `stop` ends it)."""
+    """`tfyarn history`'s HTTP server (a daemon thread; `stop` ends it): for its owner
+    alone by `secret`, or with a `gate` for every Kerberos viewer, each shown theirs."""
 
     history: HistoryReader
-    secret: str  # the owner's (private.user_secret): every request must carry it
+    secret: str | None  # the owner's (private.user_secret); unused with a gate
+    gate: Gate | None = None
     serving: Serving | None = None
 
     def start(self, host: str, port: int) -> str:
-        """Serve; the URL as its owner opens it (with the secret)."""
-        server = http_server(host, port, self.answer, self.secret)
+        """Serve; the URL as its owner opens it (with the secret, where one is asked)."""
+        secret = None if self.gate is not None else self.secret
+        server = http_server(host, port, self.answer, secret)
         self.serving = Serving(server).start()
-        return with_secret(f"http://{host}:{server.server_address[1]}/", self.secret)
+        return with_secret(f"http://{host}:{server.server_address[1]}/", secret)
 
     def answer(self, req: http.server.BaseHTTPRequestHandler) -> None:
+        viewer = None
+        if self.gate is not None:
+            viewer = self.gate.viewer(req)
+            if viewer is None:
+                return None
         path = urllib.parse.unquote(urllib.parse.urlparse(req.path).path)
         parts = [p for p in path.split("/") if p]
         if not parts:
             rows, problems = self.history.listing()
+            if viewer is not None and self.gate is not None:
+                rows = [r for r in rows if self.gate.shows(viewer, r.user, r.view_acls)]
+                problems = problems if acl_admits(self.gate.admins, viewer,
+                                                  _groups(viewer)) else []
             return _send(req, 200, render_listing(rows, problems, time.time()), "text/html")
         if parts[0] != "job" or len(parts) < 2:
             return _send(req, 404, "no such page: the listing is at /", "text/plain")
+        view = self.history.view(parts[1])
+        if view is not None and viewer is not None and self.gate is not None \
+                and not self.gate.shows(viewer, view.user, view.view_acls):
+            view = None  # the same answer as no page: a job's existence is not told
+        if view is None:
+            return _send(req, 404, f"no kept page for {parts[1]}", "text/plain")
         if len(parts) == 2:
-            view = self.history.view(parts[1])
-            if view is None:
-                return _send(req, 404, f"no kept page for {parts[1]}", "text/plain")
             return _send(req, 200, render(view), "text/html")
         return self._log(req, parts[1], parts[2:])
 

@@ -696,6 +696,34 @@ def history_of(opts: ClientOptions, dirs: tuple[str, ...]) -> history.HistoryRea
     return history.HistoryReader(shelves, running, job_dir, notes)
 
 
+def history_gate(opts: ClientOptions, keytab: str) -> history.Gate:
+    """`tfyarn history --spnego-keytab`'s gate: viewers by SPNEGO with that service
+    keytab, YARN's admins (yarn-site's yarn.admin.acl, where the site sets it) shown all.
+    SpecError where the keytab is missing, gives no key, or is readable by every user of
+    this host (anyone could then pose as this server)."""
+    import stat
+
+    from tfyarn.core.jobspec import yarn_acl
+    from tfyarn.hdfs import spnego
+    from tfyarn.hdfs.siteconf import read_site
+
+    try:
+        mode = os.stat(keytab).st_mode
+    except OSError as exc:
+        raise SpecError(f"--spnego-keytab {keytab}: {exc.strerror}; pass the keytab holding "
+                        "HTTP/HOST@REALM for this host") from None
+    if mode & stat.S_IROTH:
+        raise SpecError(f"--spnego-keytab {keytab}: every user of this host can read it "
+                        f"(mode {stat.S_IMODE(mode):o}), so any of them could pose as this "
+                        f"server; chmod o-r {keytab}")
+    acceptor = spnego.Acceptor(keytab)
+    acceptor.check()
+    conf = opts.hadoop_conf
+    site = read_site(os.path.join(conf, "yarn-site.xml")) if conf else {}
+    admins = site.get("yarn.admin.acl")
+    return history.Gate(acceptor, yarn_acl(admins) if admins is not None else ())
+
+
 def live_tasks(store: kvmod.KV) -> list[str]:
     """Per-task lines while the job runs, in natural order (ps, chief, worker:0, worker:2,
     worker:10): address, state, exit code and reason once it ended; after a restart, one

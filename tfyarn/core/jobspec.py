@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -165,6 +165,26 @@ class Runtime:
 
 GROUP = "group:"  # an ACL entry naming a group, not a user
 ACL_ENTRY = re.compile(r"\*|(?:group:)?[A-Za-z0-9_.][A-Za-z0-9_.@$-]{0,254}")
+
+
+def acl_admits(entries: Iterable[str], user: str, groups: Iterable[str]) -> bool:
+    """Whether an ACL (users, group:NAME, *: --view-acls' form) names `user` or one of
+    `groups`. No one is named by an empty name."""
+    if not user:
+        return False
+    theirs = set(groups)
+    return any(e == "*" or e == user or (e.startswith(GROUP) and e[len(GROUP):] in theirs)
+               for e in entries)
+
+
+def yarn_acl(value: str) -> tuple[str, ...]:
+    """A Hadoop ACL value (yarn.admin.acl: `users groups`, comma-separated each; `*`:
+    everyone; blank: no one) in --view-acls' form."""
+    if value.strip() == "*":
+        return ("*",)
+    users, _, groups = value.partition(" ")  # " admins": groups only
+    return (tuple(u for u in users.split(",") if u.strip())
+            + tuple(GROUP + g.strip() for g in groups.split(",") if g.strip()))
 
 
 @dataclass(frozen=True)

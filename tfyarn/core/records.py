@@ -36,6 +36,10 @@ class RecordError(EnvironmentMissing):
 class Record:
     """Base of the store's records: JSON out with the format number, JSON in checked."""
 
+    # fields added since FORMAT was last bumped, read as their default where missing: for
+    # records kept past the job (a kept page), which an older tfyarn wrote
+    LATER: typing.ClassVar[frozenset[str]] = frozenset()
+
     def to_json(self) -> str:
         assert dataclasses.is_dataclass(self)
         return json.dumps({FORMAT_KEY: FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
@@ -64,7 +68,7 @@ def _fields(cls: type[R], d: Mapping[str, Any], where: str) -> R:
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
     unknown = sorted(set(d) - set(names))
-    missing = [n for n in names if n not in d]
+    missing = [n for n in names if n not in d and n not in cls.LATER]
     if unknown or missing:
         raise RecordError(
             f"{where}: a {cls.__name__} record with "
@@ -72,7 +76,7 @@ def _fields(cls: type[R], d: Mapping[str, Any], where: str) -> R:
                                     f"missing fields {', '.join(missing)}" if missing else "")
                         if x)
             + ": the gateway and the job's environment run different tfyarn versions")
-    return cls(**{n: _value(hints[n], d[n], f"{where}.{n}") for n in names})
+    return cls(**{n: _value(hints[n], d[n], f"{where}.{n}") for n in names if n in d})
 
 
 def _value(tp: Any, v: Any, where: str) -> Any:
@@ -356,3 +360,6 @@ class JobView(Record):
     queue: str = ""
     started: float = 0.0
     ended: float | None = None
+    view_acls: tuple[str, ...] = ()  # --view-acls: who else `tfyarn history` shows it to
+
+    LATER = frozenset({"view_acls"})

@@ -1,12 +1,14 @@
 """SPNEGO (HTTP `Negotiate`): how a client proves its Kerberos login to Hadoop's web
 services (the RM's REST API, WebHDFS, the NodeManagers' log pages) on a cluster whose
-core-site.xml sets hadoop.http.authentication.type=kerberos.
+core-site.xml sets hadoop.http.authentication.type=kerberos; and how tfyarn's own server
+(`tfyarn history --spnego-keytab`) checks a viewer's (`Acceptor`).
 
 Through MIT's GSS-API library by ctypes (libgssapi_krb5.so.2: part of every Kerberos
 client install, where the `gssapi` package would need compiling against krb5's headers).
 Owns making a `Negotiate` header for a host from the ticket cache, or from a keytab
-without touching any ticket cache (a memory cache of this process), and saying in words
-why that failed. Nothing here changes process-wide state: KRB5_CONFIG and KRB5CCNAME are
+without touching any ticket cache (a memory cache of this process), accepting one with a
+service keytab (the viewer's principal and local name), and saying in words why that
+failed. Nothing here changes process-wide state: KRB5_CONFIG and KRB5CCNAME are
 read by the library from the environment as it is.
 Must not write a ticket cache or the process environment: a keytab's login lives in this
 process's memory.
@@ -28,7 +30,8 @@ from typing import Any
 
 from tfyarn.core.errors import EnvironmentMissing, SpecError
 
-GSS_C_INITIATE = 1
+GSS_C_INITIATE, GSS_C_ACCEPT = 1, 2
+GSS_S_COMPLETE = 0
 GSS_C_MUTUAL_FLAG = 2
 GSS_C_GSS_CODE, GSS_C_MECH_CODE = 1, 2
 SPNEGO_OID = b"\x2b\x06\x01\x05\x05\x02"  # 1.3.6.1.5.5.2
@@ -76,7 +79,8 @@ def _lib() -> Any:
                 "libgssapi-krb5-2, RHEL: krb5-libs)") from None
         for fn in ("gss_import_name", "gss_init_sec_context", "gss_acquire_cred_from",
                    "gss_display_status", "gss_release_buffer", "gss_release_name",
-                   "gss_release_cred", "gss_delete_sec_context"):
+                   "gss_release_cred", "gss_delete_sec_context", "gss_accept_sec_context",
+                   "gss_display_name", "gss_localname"):
             getattr(lib, fn).restype = ctypes.c_uint32  # OM_uint32: errors use the top bits
         _LIB = lib
     return _LIB
@@ -198,6 +202,98 @@ class Negotiator:
                     "(klist -kt KEYTAB lists its principals)")
         return (f"no usable Kerberos ticket for SPNEGO{where} ({words}): run kinit "
                 "YOU@REALM (or kinit -kt KEYTAB YOU@REALM), or pass --principal and --keytab")
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Who a `Negotiate` header proved to be: the Kerberos principal, and the local user
+    name the host's krb5.conf maps it to (auth_to_local: by default USER@DEFAULT_REALM is
+    USER; a principal with an instance, or of another realm, maps to none)."""
+
+    principal: str
+    user: str
+
+
+@dataclass(frozen=True)
+class Acceptor:
+    """Checks `Negotiate` headers with the keys of a service keytab (HTTP/HOST@REALM: a
+    browser or `curl --negotiate` asks for a ticket to the host it opens)."""
+
+    keytab: str
+
+    def check(self) -> None:
+        """NegotiateRefused where the keytab gives no credential (no file, no keys)."""
+        lib = _lib()
+        minor = ctypes.c_uint32()
+        cred = self._credential(lib)
+        lib.gss_release_cred(ctypes.byref(minor), ctypes.byref(cred))
+
+    def accept(self, header: str) -> Viewer:
+        """The viewer a `Negotiate <token>` header proves, or NegotiateRefused saying
+        why not (no token, a ticket for another service, a replay, no local name)."""
+        kind, _, token = header.partition(" ")
+        if kind.lower() != "negotiate" or not token.strip():
+            raise NegotiateRefused("not a Negotiate header")
+        try:
+            raw = base64.b64decode(token.strip(), validate=True)
+        except ValueError:
+            raise NegotiateRefused("a Negotiate token that is not base64") from None
+        lib = _lib()
+        minor, context, name, out = (ctypes.c_uint32(), ctypes.c_void_p(), ctypes.c_void_p(),
+                                     _Buffer())
+        given = ctypes.create_string_buffer(raw, len(raw))
+        inp = _Buffer(len(raw), ctypes.cast(given, ctypes.c_void_p))
+        cred = self._credential(lib)
+        try:
+            major = lib.gss_accept_sec_context(
+                ctypes.byref(minor), ctypes.byref(context), cred, ctypes.byref(inp), None,
+                ctypes.byref(name), None, ctypes.byref(out), None, None, None)
+            if _failed(major):
+                raise NegotiateRefused(f"SPNEGO: {_words(major, minor.value)}")
+            if major != GSS_S_COMPLETE:  # SPNEGO's mechanism renegotiation: not offered
+                raise NegotiateRefused("SPNEGO: the client's first token did not complete "
+                                       "a Kerberos login (a mechanism other than Kerberos?)")
+            principal = _text(lib, "gss_display_name", name)
+            try:
+                user = _text(lib, "gss_localname", name)
+            except NegotiateRefused:
+                raise NegotiateRefused(f"{principal}: this host's krb5.conf maps it to no "
+                                       "local user (auth_to_local)") from None
+            return Viewer(principal, user)
+        finally:
+            lib.gss_release_buffer(ctypes.byref(minor), ctypes.byref(out))
+            if name.value:
+                lib.gss_release_name(ctypes.byref(minor), ctypes.byref(name))
+            if context.value:
+                lib.gss_delete_sec_context(ctypes.byref(minor), ctypes.byref(context), None)
+            lib.gss_release_cred(ctypes.byref(minor), ctypes.byref(cred))
+
+    def _credential(self, lib: Any) -> ctypes.c_void_p:
+        cred, minor = ctypes.c_void_p(), ctypes.c_uint32()
+        items = (_KeyValue * 1)(_KeyValue(b"keytab", self.keytab.encode()))
+        kvs = _KeyValueSet(1, items)
+        major = lib.gss_acquire_cred_from(ctypes.byref(minor), None, 0, None, GSS_C_ACCEPT,
+                                          ctypes.byref(kvs), ctypes.byref(cred), None, None)
+        if _failed(major):
+            raise NegotiateRefused(f"--spnego-keytab {self.keytab}: no service key from it "
+                                   f"({_words(major, minor.value)}); pass a keytab holding "
+                                   "HTTP/HOST@REALM (klist -kt KEYTAB lists its principals)")
+        return cred
+
+
+def _text(lib: Any, fn: str, name: ctypes.c_void_p) -> str:
+    """gss_display_name's or gss_localname's words for `name`."""
+    minor, buf = ctypes.c_uint32(), _Buffer()
+    if fn == "gss_display_name":  # its last argument, the name's type: not wanted
+        major = lib.gss_display_name(ctypes.byref(minor), name, ctypes.byref(buf), None)
+    else:
+        major = lib.gss_localname(ctypes.byref(minor), name, None, ctypes.byref(buf))
+    try:
+        if _failed(major):
+            raise NegotiateRefused(f"{fn}: {_words(major, minor.value)}")
+        return ctypes.string_at(buf.value, buf.length).decode("utf-8", "replace")
+    finally:
+        lib.gss_release_buffer(ctypes.byref(minor), ctypes.byref(buf))
 
 
 def challenged(status: int, www_authenticate: str | None) -> bool:
