@@ -221,6 +221,45 @@ def test_local_servers_answer_only_their_owner(mallory, ticket, tmp_path):
     assert job_processes(job) == []
 
 
+def test_tensorboard_answers_only_with_its_jobs_token(mallory, tmp_path):
+    """C6: TensorBoard (which has no login) runs behind the job's token: to mallory (no
+    token, a guess, a forged cookie) it answers 403 and none of its pages or data; the
+    URL the job printed opens it, and its cookie carries on to the data it fetches; a
+    kept page holds its URL without the token."""
+    pytest.importorskip("tensorboard")
+    gate = tmp_path / "go"
+    env = env_for(tmp_path, TFYARN_HISTORY_DIR=str(tmp_path / "kept"), HOME=str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "standalone", "--local",
+                             "-enable_tensorboard", "True", "-log_tensorboard",
+                             str(tmp_path / "tb"), "-c",
+                             f"while [ ! -e {gate} ]; do sleep 0.1; done"], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    job, url = proc.stdout.readline().strip(), None
+    try:
+        for line in proc.stderr:
+            if line.startswith("tfyarn: TensorBoard: "):
+                url = line.split(": ", 2)[2].strip()
+                break
+        assert url and "?token=" in url, url
+        bare, token = url.split("?token=")
+        port = bare.rstrip("/").rsplit(":", 1)[1]
+        cookie = f"tfyarn-tensorboard-{port}"
+        for path, sent in (("", ""), ("?token=guess", ""), ("data/runs", f"{cookie}=guess"),
+                           ("data/runs", f"{cookie}={token[:-1]}")):
+            status, body = fetch(bare + path, mallory, sent)
+            assert status == 403 and "<html" not in body.lower() and "[" not in body, body
+        status, body = fetch(url)
+        assert status == 200 and "<html" in body.lower()
+        status, body = fetch(bare + "data/runs", cookie=f"{cookie}={token}")
+        assert status == 200 and body.strip().startswith("["), body
+    finally:
+        gate.touch()
+        proc.communicate(timeout=120)
+    kept = (tmp_path / "kept" / f"{job}.json").read_text()
+    assert token not in kept and bare in kept
+    assert job_processes(job) == []
+
+
 # ---------------------------------------------------------------- kept pages (row H1-H4)
 
 

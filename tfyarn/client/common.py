@@ -60,7 +60,7 @@ class News:
         raw = store.get(kvmod.TENSORBOARD) if self.spec.tensorboard_dir else None
         info = None if raw is None else TensorBoard.from_json(raw, kvmod.TENSORBOARD)
         if info is not None and not self.tensorboard_said:
-            say(info.announce())
+            say(info.announce(), secret_ok=True)  # its ?token=: the owner's to see
             self.tensorboard_said = True
         return info
 

@@ -182,7 +182,7 @@ class LocalJob:
             return
         self.signals_before_linger = self.interrupts.count
         say(f"TensorBoard stays up {self.spec.tensorboard_linger_s / 60:g} min at "
-            f"{info.url} (--tensorboard-linger; Ctrl-C ends it)")
+            f"{info.url} (--tensorboard-linger; Ctrl-C ends it)", secret_ok=True)
         wait_procs([tb], self.spec.tensorboard_linger_s + TENSORBOARD_DONE_SLACK_S,
                    cut=lambda: self.interrupts.count > 0)
 

@@ -18,8 +18,9 @@ from tfyarn.core.redact import redact
 
 def say(msg: str, who: object = None, secret_ok: bool = False) -> None:
     """`tfyarn: msg`, or `tfyarn: WHO: msg` (the driver, a task, tensorboard).
-    `secret_ok`: the line is the URL of the user's own local page with its `?token=`,
-    which the user needs to open it (as Jupyter prints its own): not redacted."""
+    `secret_ok`: the line is the URL of the user's own page (the local job page,
+    TensorBoard) with its `?token=`, which the user needs to open it (as Jupyter prints
+    its own): not redacted."""
     line = f"tfyarn: {msg}" if who is None else f"tfyarn: {who}: {msg}"
     line = line if secret_ok else redact(line)
     with contextlib.suppress(OSError, ValueError):

@@ -626,7 +626,9 @@ def save_page(spec: JobSpec, site: Site, settings: Settings, began: float) -> No
     the application is gone); a page that cannot be kept never changes the verdict."""
     try:
         view = page_view(spec, site, settings, began)
-        where = site.save_page(spec, replace(view, ended=time.time()), settings)
+        tb = view.tensorboard and view.tensorboard.split("?", 1)[0]  # a kept page, no token
+        where = site.save_page(spec, replace(view, ended=time.time(), tensorboard=tb),
+                               settings)
     except (EnvironmentMissing, StoreGone, OSError) as exc:  # HDFS, the disk, the store
         say(f"the job's page was not kept for `tfyarn history`: {exc}", "driver")
         return

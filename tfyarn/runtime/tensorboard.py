@@ -1,9 +1,10 @@
 """TensorBoard beside the tasks (`python -m tfyarn.runtime.tensorboard`), one per job with
 -enable_tensorboard True: its own container on YARN, its own process locally.
 
-Runs `python -m tensorboard.main --logdir DIR --host HOST --port P` from the job's
-environment, publishes its URL once it answers HTTP 200 (or why it did not start), and
-stops it once the job has its final status, after --tensorboard-linger. It is not part of
+Runs TensorBoard from the job's environment behind a token of this run's (`tbgate`:
+TensorBoard itself has no login), publishes its URL with the token once it answers HTTP
+200 (or why it did not start), and stops it once the job has its final status, after
+--tensorboard-linger. It is not part of
 TF_CONFIG and never decides the job's outcome. Contained like a launcher: it is the child
 subreaper, and a watchdog ends TensorBoard if this process is SIGKILLed.
 Must not hold the job up: TensorBoard that fails to start is told, and the job goes on.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -31,8 +33,10 @@ from tfyarn.core.settings import Settings
 from tfyarn.core.timing import TENSORBOARD_POLL_S, TENSORBOARD_START_S, WAKE_S
 from tfyarn.hdfs import plugin as hdfs
 from tfyarn.protocol import kv as kvmod
+from tfyarn.runtime import tbgate
 from tfyarn.runtime.launcher import TAG_VAR, StopFlag, install_signal_handlers, reserve_port
 from tfyarn.system import spawn, streams, tree
+from tfyarn.system.serving import with_secret
 
 MISSING_HINT = ("install tensorboard into the job's environment (pip install tensorboard; "
                 "for -m virtual-env: into the packed env)")
@@ -90,15 +94,16 @@ def run(spec: JobSpec, store: kvmod.KV, python: str, settings: Settings, flag: S
     sock = reserve_port()
     port = sock.getsockname()[1]
     sock.close()  # TensorBoard binds it itself, right after
-    env = {**os.environ, TAG_VAR: tag}
+    token = secrets.token_urlsafe(24)
+    env = {**os.environ, TAG_VAR: tag, tbgate.TOKEN_VAR: token}
     env.update(hdfs.plugin_env(env))  # an hdfs:// logdir: the same plugin as the tasks
-    argv = [python, "-m", "tensorboard.main", "--logdir", spec.tensorboard_dir or ".",
+    argv = [python, "-m", "tfyarn.runtime.tbgate", "--logdir", spec.tensorboard_dir or ".",
             "--host", host, "--port", str(port)]  # the advertised host's address only
     child = spawn.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        parent_death=signal.SIGKILL)
     assert child.stdout is not None
     pump = streams.LinePump(child.stdout, getattr(sys.stderr, "buffer", None))
-    info = wait_until_up(f"http://{host}:{port}/", child, pump, flag)
+    info = wait_until_up(with_secret(f"http://{host}:{port}/", token), child, pump, flag)
     store.put(kvmod.TENSORBOARD, info.to_json())
     say(info.announce(), "tensorboard")
     if info.url:
