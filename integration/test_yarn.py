@@ -641,6 +641,8 @@ def _http_status(url: str) -> int | None:
     try:
         with urllib.request.urlopen(url, timeout=10) as resp:
             return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
     except (urllib.error.URLError, OSError):
         return None
 
@@ -654,6 +656,7 @@ def test_tensorboard_side_task_on_yarn(tmp_path, apps, hdfs_dir):
     seen: list[str] = []
     url = _tensorboard_url(proc, seen)
     assert _http_status(url) == 200
+    assert _http_status(url.split("?")[0]) == 403  # not without the run's token
     stop.touch()
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, "".join(seen) + err

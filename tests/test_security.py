@@ -395,6 +395,27 @@ def test_rendezvous_answers_the_jobs_hosts_with_bounded_requests(monkeypatch):
         server.stop()
 
 
+def test_rendezvous_of_a_one_machine_job_answers_no_other_user_of_it(mallory):
+    """On one machine every task comes from 127.0.0.1, so the host rule admits any local
+    user: there the peer's uid decides. Mallory's PUT and GET get 403 and store nothing;
+    the job's user is served."""
+    server = rendezvous.RendezvousServer("127.0.0.1").start()
+    port = int(server.address.rsplit(":", 1)[1])
+    code = ("import http.client\nfor m, b in (('PUT', b'evil'), ('GET', None)):\n"
+            f" c = http.client.HTTPConnection('127.0.0.1', {port}, timeout=10)\n"
+            " c.request(m, '/global/rank_0', body=b)\n r = c.getresponse()\n"
+            " print(r.status, r.read())")
+    try:
+        assert request(port, "PUT", "/global/rank_0", b"mine")[0] == 200
+        out = mallory_py(mallory, code)
+        codes = [line.split()[0] for line in out.stdout.splitlines()]
+        assert out.returncode == 0 and codes == ["403", "403"], out
+        assert b"mine" not in out.stdout.encode() and server.store == {"/global/rank_0": b"mine"}
+        assert request(port, "GET", "/global/rank_0") == (200, b"mine")
+    finally:
+        server.stop()
+
+
 # ---------------------------------------------------------------- native caches (row G5)
 
 

@@ -11,11 +11,12 @@ Must not know about tasks, ranks or the job.
 from __future__ import annotations
 
 import http.server
+import os
 import socket
 import threading
 from collections.abc import Iterable
 
-from tfyarn.system.serving import Serving
+from tfyarn.system.serving import Serving, tcp_peer_uid
 
 MAX_VALUE = 1 << 20  # one PUT's body: gloo's values are addresses and rank tables (~KB)
 MAX_KEYS = 65536  # keys held at once (a 512-rank job stores a few thousand)
@@ -69,6 +70,15 @@ class RendezvousServer:
             return True
         return address.startswith("127.") and any(a.startswith("127.") for a in self.allowed)
 
+    @staticmethod
+    def same_user_here(client: tuple[str, int], local: tuple[str, int]) -> bool:
+        """A peer on this machine (its socket in this kernel's tables: locally every
+        task, and any other user's process) must be the job's user; a peer on another
+        host cannot be told apart by user (HTTP without a login: Horovod's gloo client
+        has none), only by `admits`."""
+        uid = tcp_peer_uid(client, local)
+        return uid is None or uid == os.geteuid()
+
     def put(self, key: str, body: bytes) -> int:
         """Store `body` under `key`: 200, or 507 when the store is full."""
         with self.lock:
@@ -93,7 +103,8 @@ class RendezvousServer:
                 self.wfile.write(body)
 
             def _stranger(self) -> bool:
-                if server.admits(self.client_address[0]):
+                if server.admits(self.client_address[0]) and server.same_user_here(
+                        self.client_address, self.connection.getsockname()):
                     return False
                 self.close_connection = True
                 self._reply(403, b"not a host of this job\n")
