@@ -96,11 +96,21 @@ def container_client(uri: str, conf_dir: str | None, user: str, token_file: str 
     return TokenClient(address, token, timeout=timeout_s)
 
 
-def private_dir(client: Any, path: str) -> None:
-    """`path` and any missing parent made 0700 (HDFS makes dirs 0755: every cluster user
-    lists and reads them). One MKDIRS: a dir already there keeps its mode, which its
-    owner may have opened on purpose."""
-    client.makedirs(path, permission="700")
+DEFAULT_DIR_MODE = "755"  # what HDFS makes a dir (umask 022), and an older tfyarn did
+
+
+def private_dir(client: Any, path: str) -> str:
+    """`path` (and missing parents) made 0700, or one left at HDFS's default 0755
+    tightened to 0700: HDFS's default lets every cluster user list and read it. Any other
+    mode is its owner's choice and kept. What was done: "made", "tightened" or ""."""
+    st = client.status(path, strict=False)
+    if st is None:
+        client.makedirs(path, permission="700")
+        return "made"
+    if st.get("type") == "DIRECTORY" and st.get("permission") == DEFAULT_DIR_MODE:
+        client.set_permission(path, "700")
+        return "tightened"
+    return ""
 
 
 def put_text(client: Any, path: str, text: str, permission: str = "640") -> None:

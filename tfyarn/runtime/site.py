@@ -131,8 +131,9 @@ class YarnSite(Site):
 
     def prepare(self, settings: Settings) -> None:
         """tfyarn's HDFS dir (`tfyarn_home`: default checkpoints, models and kept pages)
-        made 0700 before any task writes under it, where it is not there yet. A NameNode
-        that cannot be reached costs a line here, not the job (HISTORY_SAVE_S at most)."""
+        made 0700 before any task writes under it (`webhdfs.private_dir`: one left 0755
+        by HDFS's default is tightened). A NameNode that cannot be reached costs a line
+        here, not the job (HISTORY_SAVE_S at most)."""
         home = tfyarn_home(settings.user)
         conf = settings.hadoop_conf_dir
         core = read_site(os.path.join(conf, "core-site.xml")) if conf else {}
@@ -142,7 +143,10 @@ class YarnSite(Site):
             client = webhdfs.container_client(home, settings.hadoop_conf_dir, settings.user,
                                               settings.token_file, HISTORY_SAVE_S)
             with webhdfs.failing_as(f"making {home} private"):
-                webhdfs.private_dir(client, webhdfs.hdfs_path(home))
+                done = webhdfs.private_dir(client, webhdfs.hdfs_path(home))
+            if done == "tightened":
+                say(f"{home} was 0755 (HDFS's default: every cluster user reads the models "
+                    "and checkpoints in it); made it 0700. Any other mode is kept", "driver")
         except EnvironmentMissing as exc:
             say(f"{exc}: dirs tfyarn makes under it may be readable by other users", "driver")
 
