@@ -7,6 +7,7 @@ suite, on the same 3 nodes restarted secured). Skipped on a cluster without Kerb
 
 from __future__ import annotations
 
+import json
 import os
 import pwd
 import re
@@ -459,15 +460,35 @@ def test_history_with_spnego_shows_each_viewer_what_the_view_acl_admits(tmp_path
     login: 401 Negotiate. tfyarn-mallory (a second principal) sees the job whose
     --view-acls names them and not the other one, whose page answers 404 as a job that
     never was; the cookie the server signs carries the login on, a forged one does not;
-    the owner (here also YARN's admin) sees both."""
-    mine, _ = submit("-t", "standalone", *SMALL, "-c", "true")
-    shared, _ = submit("-t", "standalone", *SMALL, "--view-acls", "tfyarn-mallory", "-c", "true")
+    the owner (here also YARN's admin) sees both. The pages are kept in one history dir
+    for everyone (tfyarn.yaml `history: dir:`, 1777 in HDFS, H2): mallory's page in the
+    owner's name is not shown, the owner's pages cannot be removed by mallory, and
+    mallory's broken page does not break the listing (H3)."""
+    team = f"/tmp/tfyarn-history-{os.urandom(4).hex()}"
+    owner_env = dict(os.environ)
+    assert hdfs_cli("-mkdir", "-p", team, env=owner_env).returncode == 0
+    assert hdfs_cli("-chmod", "1777", team, env=owner_env).returncode == 0
+    (tmp_path / "tfyarn.yaml").write_text(f"history:\n  dir: hdfs://{team}\n")
+    env = {**owner_env, "TFYARN_CONF": str(tmp_path / "tfyarn.yaml")}
+    mine, _ = submit("-t", "standalone", *SMALL, "-c", "true", env=env)
+    shared, _ = submit("-t", "standalone", *SMALL, "--view-acls", "tfyarn-mallory", "-c", "true",
+                       env=env)
     assert mine.returncode == 0 and shared.returncode == 0, mine.stderr[-3000:]
     hidden, seen = mine.stdout.split()[0], shared.stdout.split()[0]
     mallory = other_user(tmp_path)
+    out = hdfs_cli("-rm", "-skipTrash", f"{team}/{hidden}.json", env=mallory)
+    assert out.returncode != 0 and "Permission denied" in out.stderr, out  # the sticky bit
+    page = json.loads(hdfs_cli("-cat", f"{team}/{hidden}.json", env=owner_env).stdout)
+    forged, broken = tmp_path / "application_1_9998.json", tmp_path / "application_1_9999.json"
+    forged.write_text(json.dumps({**page, "job_id": forged.stem, "name": "FORGED"}))
+    broken.write_text(json.dumps({**page, "job_id": broken.stem, "user": "tfyarn-mallory",
+                                  "started": 1e300}))
+    out = hdfs_cli("-put", str(forged), str(broken), f"{team}/", env=mallory)
+    assert out.returncode == 0, out.stderr
     service = str(Path(os.environ["SANDBOX_KEYTAB"]).parent / "service.keytab")
     server = subprocess.Popen([sys.executable, "-m", "tfyarn", "history", "--port", "0",
-                               "--spnego-keytab", service], stderr=subprocess.PIPE, text=True)
+                               "--spnego-keytab", service], stderr=subprocess.PIPE, text=True,
+                              env=env)
     try:
         assert server.stderr is not None
         url = next(line for line in server.stderr if line.startswith("tfyarn: history: "))
@@ -494,7 +515,9 @@ def test_history_with_spnego_shows_each_viewer_what_the_view_acl_admits(tmp_path
         owner = kerberos.login(os.environ["HADOOP_CONF_DIR"], None, None, None)
         with spnego.urlopen(url, {}, owner, 60) as resp:
             both = resp.read().decode()
-        assert seen in both and hidden in both
+        assert seen in both and hidden in both and "FORGED" not in both
+        assert "application_1_9998" in both and "not the user the page names" in both
+        assert "application_1_9999" in both and "a time that is no date" in both
     finally:
         server.terminate()
         server.communicate(timeout=60)

@@ -683,8 +683,9 @@ def test_a_failing_worker_ends_the_app_with_a_tensorboard_side_task(tmp_path, ap
     trained = time.monotonic()
     assert any("TensorBoard: http" in x for x in seen), "".join(seen)  # it was up
     _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 1, "".join(seen) + err
-    assert "worker:1" in err and "SIGABRT" in err, err
+    said = "".join(seen) + err  # the verdict may come before or after the last of those
+    assert proc.returncode == 1, said
+    assert "worker:1" in said and "SIGABRT" in said, said
     assert final_state(app_id) == "FINISHED/FAILED"
     assert time.monotonic() - trained < 30 + 15, "".join(seen) + err  # the rule, polls
 

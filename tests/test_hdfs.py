@@ -200,3 +200,20 @@ def test_a_container_keeps_the_plugin_in_its_local_dir_not_its_home(monkeypatch,
     assert not any(str(r).startswith("/home/") for r in roots)
     monkeypatch.setenv("TFYARN_CACHE", str(tmp_path / "site"))  # a cluster-wide setting wins
     assert hdfs.cache_roots()[0] == Path(tmp_path, "site", "hdfs-plugin")
+
+
+def test_private_dir_makes_0700_tightens_hdfs_default_and_keeps_a_chosen_mode(real_hdfs):
+    """docs/security.md C4 against the sandbox's NameNode: a missing dir is made 0700; one
+    at HDFS's default 0755 (an older tfyarn's) is tightened; 0750 is its owner's choice."""
+    from tfyarn.hdfs import webhdfs
+
+    client = webhdfs.client_for("hdfs:///", real_hdfs["HADOOP_CONF_DIR"], "root")
+    base = real_hdfs["TFYARN_TEST_BASE"]
+    assert webhdfs.private_dir(client, f"{base}/new/.tfyarn") == "made"
+    assert client.status(f"{base}/new/.tfyarn")["permission"] == "700"
+    client.makedirs(f"{base}/old", permission="755")
+    assert webhdfs.private_dir(client, f"{base}/old") == "tightened"
+    assert client.status(f"{base}/old")["permission"] == "700"
+    client.makedirs(f"{base}/shared", permission="750")
+    assert webhdfs.private_dir(client, f"{base}/shared") == ""
+    assert client.status(f"{base}/shared")["permission"] == "750"
