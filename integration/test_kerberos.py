@@ -394,9 +394,23 @@ def other_user(tmp_path: Path) -> dict:
     return env
 
 
-def hdfs_cli(*args: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run(["hdfs", "dfs", *args], capture_output=True, text=True,
-                          timeout=120, env=env)
+def webhdfs_as(env: dict):
+    """A WebHDFS client (SPNEGO) logged in from `env`'s ticket cache: HDFS as that user,
+    without a JVM per call."""
+    from tfyarn.hdfs import webhdfs
+
+    login = spnego.Negotiator(ccache=env.get("KRB5CCNAME"))
+    return webhdfs.client_for("hdfs:///", os.environ["HADOOP_CONF_DIR"], "", login)
+
+
+def denied(call) -> str:
+    """What HDFS said refusing `call()` (it must refuse it for lack of permission)."""
+    from hdfs.util import HdfsError
+
+    with pytest.raises(HdfsError) as exc:
+        call()
+    assert "Permission denied" in str(exc.value), exc.value
+    return str(exc.value)
 
 
 def test_another_principal_neither_kills_views_nor_reads_the_job(tmp_path):
@@ -433,13 +447,16 @@ def test_another_principal_neither_kills_views_nor_reads_the_job(tmp_path):
             spnego.urlopen(page, {}, theirs, 30).read()
         body = refused.value.read().decode(errors="replace")
         assert refused.value.code in (401, 403) and "worker:0" not in body, body[-2000:]
-        for path in (f"/user/{owner}/.skein/{app_id}", f"/user/{owner}/.tfyarn"):
-            out = hdfs_cli("-ls", "-R", path, env=mallory)
-            assert out.returncode != 0 and "Permission denied" in out.stderr, out
-        staged = hdfs_cli("-cat", f"/user/{owner}/.skein/{app_id}/*", env=mallory)
-        assert staged.returncode != 0 and secret not in staged.stdout + staged.stderr
-        mine = hdfs_cli("-stat", "%a", f"/user/{owner}/.tfyarn", env=dict(os.environ))
-        assert mine.stdout.strip() == "700", mine
+        mine, theirs_hdfs = webhdfs_as(dict(os.environ)), webhdfs_as(mallory)
+        staged_dir = f"/user/{owner}/.skein/{app_id}"
+        files = mine.list(staged_dir)
+        assert files, "skein staged nothing?"
+        for path in (staged_dir, f"/user/{owner}/.tfyarn"):
+            denied(lambda path=path: theirs_hdfs.list(path))
+        for name in files:  # the job JSON among them, with SERVICE_TOKEN's value
+            said = denied(lambda name=name: theirs_hdfs.read(f"{staged_dir}/{name}").__enter__())
+            assert secret not in said
+        assert mine.status(f"/user/{owner}/.tfyarn")["permission"] == "700"
     finally:
         if app_id:
             yarn_cli("application", "-kill", app_id)
@@ -466,8 +483,8 @@ def test_history_with_spnego_shows_each_viewer_what_the_view_acl_admits(tmp_path
     mallory's broken page does not break the listing (H3)."""
     team = f"/tmp/tfyarn-history-{os.urandom(4).hex()}"
     owner_env = dict(os.environ)
-    assert hdfs_cli("-mkdir", "-p", team, env=owner_env).returncode == 0
-    assert hdfs_cli("-chmod", "1777", team, env=owner_env).returncode == 0
+    mine_hdfs = webhdfs_as(owner_env)
+    mine_hdfs.makedirs(team, permission="1777")
     (tmp_path / "tfyarn.yaml").write_text(f"history:\n  dir: hdfs://{team}\n")
     env = {**owner_env, "TFYARN_CONF": str(tmp_path / "tfyarn.yaml")}
     mine, _ = submit("-t", "standalone", *SMALL, "-c", "true", env=env)
@@ -476,15 +493,14 @@ def test_history_with_spnego_shows_each_viewer_what_the_view_acl_admits(tmp_path
     assert mine.returncode == 0 and shared.returncode == 0, mine.stderr[-3000:]
     hidden, seen = mine.stdout.split()[0], shared.stdout.split()[0]
     mallory = other_user(tmp_path)
-    out = hdfs_cli("-rm", "-skipTrash", f"{team}/{hidden}.json", env=mallory)
-    assert out.returncode != 0 and "Permission denied" in out.stderr, out  # the sticky bit
-    page = json.loads(hdfs_cli("-cat", f"{team}/{hidden}.json", env=owner_env).stdout)
-    forged, broken = tmp_path / "application_1_9998.json", tmp_path / "application_1_9999.json"
-    forged.write_text(json.dumps({**page, "job_id": forged.stem, "name": "FORGED"}))
-    broken.write_text(json.dumps({**page, "job_id": broken.stem, "user": "tfyarn-mallory",
-                                  "started": 1e300}))
-    out = hdfs_cli("-put", str(forged), str(broken), f"{team}/", env=mallory)
-    assert out.returncode == 0, out.stderr
+    theirs_hdfs = webhdfs_as(mallory)
+    denied(lambda: theirs_hdfs.delete(f"{team}/{hidden}.json"))  # the sticky bit
+    with mine_hdfs.read(f"{team}/{hidden}.json", encoding="utf-8") as reader:
+        page = json.load(reader)
+    theirs_hdfs.write(f"{team}/application_1_9998.json", encoding="utf-8", data=json.dumps(
+        {**page, "job_id": "application_1_9998", "name": "FORGED"}))  # in the owner's name
+    theirs_hdfs.write(f"{team}/application_1_9999.json", encoding="utf-8", data=json.dumps(
+        {**page, "job_id": "application_1_9999", "user": "tfyarn-mallory", "started": 1e300}))
     service = str(Path(os.environ["SANDBOX_KEYTAB"]).parent / "service.keytab")
     server = subprocess.Popen([sys.executable, "-m", "tfyarn", "history", "--port", "0",
                                "--spnego-keytab", service], stderr=subprocess.PIPE, text=True,
