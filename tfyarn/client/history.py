@@ -428,10 +428,24 @@ class Gate:
             return None
         return urllib.parse.unquote(user)
 
-    def shows(self, viewer: str, owner: str, view_acls: tuple[str, ...]) -> bool:
-        groups = _groups(viewer)
-        return (bool(owner) and viewer == owner) or acl_admits(view_acls, viewer, groups) \
-            or acl_admits(self.admins, viewer, groups)
+    def sight(self, viewer: str) -> Sight:
+        """What `viewer` may see (their groups looked up once a request, not once a job)."""
+        groups = tuple(_groups(viewer))
+        return Sight(viewer, groups, acl_admits(self.admins, viewer, groups))
+
+
+@dataclass(frozen=True)
+class Sight:
+    """One viewer's: their own jobs, those whose view ACL names them or a group of
+    theirs, and every job (with the listing's notes on unreadable pages) for an admin."""
+
+    viewer: str
+    groups: tuple[str, ...]
+    admin: bool
+
+    def shows(self, owner: str, view_acls: tuple[str, ...]) -> bool:
+        return self.admin or (bool(owner) and owner == self.viewer) or \
+            acl_admits(view_acls, self.viewer, self.groups)
 
 
 def _groups(user: str) -> list[str]:
@@ -465,25 +479,25 @@ class HistoryServer:
         return with_secret(f"http://{host}:{server.server_address[1]}/", secret)
 
     def answer(self, req: http.server.BaseHTTPRequestHandler) -> None:
-        viewer = None
+        sight = None  # the owner, by the secret: every job
         if self.gate is not None:
             viewer = self.gate.viewer(req)
             if viewer is None:
                 return None
+            sight = self.gate.sight(viewer)
         path = urllib.parse.unquote(urllib.parse.urlparse(req.path).path)
         parts = [p for p in path.split("/") if p]
         if not parts:
             rows, problems = self.history.listing()
-            if viewer is not None and self.gate is not None:
-                rows = [r for r in rows if self.gate.shows(viewer, r.user, r.view_acls)]
-                problems = problems if acl_admits(self.gate.admins, viewer,
-                                                  _groups(viewer)) else []
+            if sight is not None:
+                rows = [r for r in rows if sight.shows(r.user, r.view_acls)]
+                problems = problems if sight.admin else []
             return _send(req, 200, render_listing(rows, problems, time.time()), "text/html")
         if parts[0] != "job" or len(parts) < 2:
             return _send(req, 404, "no such page: the listing is at /", "text/plain")
         view = self.history.view(parts[1])
-        if view is not None and viewer is not None and self.gate is not None \
-                and not self.gate.shows(viewer, view.user, view.view_acls):
+        if view is not None and sight is not None and not sight.shows(view.user,
+                                                                       view.view_acls):
             view = None  # the same answer as no page: a job's existence is not told
         if view is None:
             return _send(req, 404, f"no kept page for {parts[1]}", "text/plain")

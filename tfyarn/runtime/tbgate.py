@@ -16,14 +16,12 @@ read; its command line is everyone's). Must not import TensorBoard at import.
 from __future__ import annotations
 
 import argparse
-import http.cookies
 import os
 import sys
-import urllib.parse
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from tfyarn.system.private import same_secret
+from tfyarn.system.serving import carries
 
 TOKEN_VAR = "TFYARN_TENSORBOARD_TOKEN"
 FORBIDDEN = (b"403: this TensorBoard is its job's alone: open it with the URL the job "
@@ -41,22 +39,18 @@ def gated(app: App, token: str, cookie: str) -> App:
     """`app` (WSGI) for requests that carry `token` (query or cookie); 403 for others."""
 
     def gate(environ: dict, start_response: Callable[..., Any]) -> Iterable[bytes]:
-        query = urllib.parse.parse_qs(environ.get("QUERY_STRING", ""))
-        if same_secret((query.get("token") or [None])[0], token):
-            def start(status: str, headers: list, exc_info: Any = None) -> Any:
-                set_cookie = ("Set-Cookie", f"{cookie}={token}; Path=/; HttpOnly; "
-                                            "SameSite=Strict")
-                return start_response(status, [*headers, set_cookie], exc_info)
-            return app(environ, start)
-        try:
-            jar = http.cookies.SimpleCookie(environ.get("HTTP_COOKIE", ""))
-        except http.cookies.CookieError:
-            jar = http.cookies.SimpleCookie()
-        if cookie in jar and same_secret(jar[cookie].value, token):
+        ok, set_cookie = carries(environ.get("QUERY_STRING", ""), environ.get("HTTP_COOKIE"),
+                                 token, cookie)
+        if not ok:
+            start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8"),
+                                             ("Content-Length", str(len(FORBIDDEN)))])
+            return [FORBIDDEN]
+        if not set_cookie:
             return app(environ, start_response)
-        start_response("403 Forbidden", [("Content-Type", "text/plain; charset=utf-8"),
-                                         ("Content-Length", str(len(FORBIDDEN)))])
-        return [FORBIDDEN]
+
+        def start(status: str, headers: list, exc_info: Any = None) -> Any:
+            return start_response(status, [*headers, ("Set-Cookie", set_cookie)], exc_info)
+        return app(environ, start)
     return gate
 
 

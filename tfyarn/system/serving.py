@@ -87,21 +87,31 @@ def http_server(host: str, port: int, answer: Callable[[Any], None],
 def admitted(req: Any, secret: str) -> bool:
     """Whether `req` carries `secret`: as `?token=` (then a cookie is set for the page's
     relative links) or as that cookie."""
+    import urllib.parse
+
+    ok, cookie = carries(urllib.parse.urlsplit(req.path).query, req.headers.get("Cookie"),
+                         secret, COOKIE)
+    if cookie:
+        req.extra_headers = (("Set-Cookie", cookie),)
+    return ok
+
+
+def carries(query: str, cookies: str | None, secret: str, name: str) -> tuple[bool, str]:
+    """Whether a request with this query string and Cookie header carries `secret`, as
+    `?token=` or as the cookie `name`; and, for a token, the Set-Cookie value that lets
+    the page's relative links carry it on (`HttpOnly; SameSite=Strict`), else ""."""
     import http.cookies
     import urllib.parse
 
     from tfyarn.system.private import same_secret
 
-    query = urllib.parse.parse_qs(urllib.parse.urlsplit(req.path).query)
-    if same_secret((query.get("token") or [None])[0], secret):
-        req.extra_headers = (("Set-Cookie", f"{COOKIE}={secret}; Path=/; HttpOnly; "
-                                            "SameSite=Strict"),)
-        return True
+    if same_secret((urllib.parse.parse_qs(query).get("token") or [None])[0], secret):
+        return True, f"{name}={secret}; Path=/; HttpOnly; SameSite=Strict"
     try:
-        jar = http.cookies.SimpleCookie(req.headers.get("Cookie") or "")
+        jar = http.cookies.SimpleCookie(cookies or "")
     except http.cookies.CookieError:
-        return False
-    return COOKIE in jar and same_secret(jar[COOKIE].value, secret)
+        return False, ""
+    return name in jar and same_secret(jar[name].value, secret), ""
 
 
 def send_file(req: Any, path: str, kind: str) -> bool:
