@@ -5,8 +5,9 @@ store URL): the job's store, where gangs of launchers come from (`gang`), where 
 page links each task's log, how the page's URL is published (YARN: skein's web UI,
 proxied by the ResourceManager), how long the application stays up for TensorBoard
 after the verdict, how the job's end is handed over (YARN: the ApplicationMaster's
-final status and diagnostics; locally the client reads the status key), and where its
-final page is kept (`save_page`: the history dir, in HDFS over WebHDFS on YARN). Must not decide
+final status and diagnostics; locally the client reads the status key), where its
+final page is kept (`save_page`: the history dir, in HDFS over WebHDFS on YARN), and what
+is made ready before the first task (`prepare`: on YARN, tfyarn's HDFS dir private). Must not decide
 the job's course (that is `driver` and `core.policy`); nothing outside this module asks
 which backend it runs on.
 """
