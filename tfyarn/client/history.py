@@ -19,7 +19,6 @@ import grp
 import hashlib
 import hmac
 import html
-import http.cookies
 import http.server
 import math
 import os
@@ -42,7 +41,15 @@ from tfyarn.hdfs import spnego, webhdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime.jobpage import STYLE, render
 from tfyarn.system import private
-from tfyarn.system.serving import Serving, http_server, send, send_file, with_secret
+from tfyarn.system.serving import (
+    Serving,
+    cookie_value,
+    http_server,
+    send,
+    send_file,
+    set_cookie,
+    with_secret,
+)
 
 PAGE_LIMIT = 4 << 20  # a kept page's most bytes (a 2,000-task job's is ~600 KB)
 MAX_EPOCH = 1 << 35  # year ~3058: past it time.localtime overflows
@@ -285,6 +292,7 @@ def running_local(tmp_root: str | None) -> list[Listed]:
     from tfyarn.core.jobspec import JobSpec
 
     out = []
+    me = pwd.getpwuid(os.geteuid()).pw_name
     root = jobs_root(tmp_root)  # this user's own: no other user's dir is listed
     for job_id in sorted(os.listdir(root)):
         folder = os.path.join(root, job_id)
@@ -301,8 +309,7 @@ def running_local(tmp_root: str | None) -> list[Listed]:
             started = os.path.getmtime(jd.job_json)
         except (OSError, ValueError, TypeError, KeyError, TfYarnError):  # ended and gone since
             continue
-        out.append(Listed(job_id, spec.name, spec.app_type, pwd.getpwuid(os.geteuid()).pw_name,
-                          "RUNNING", started, None, page))
+        out.append(Listed(job_id, spec.name, spec.app_type, me, "RUNNING", started, None, page))
     return out
 
 
@@ -390,7 +397,7 @@ class Gate:
     def viewer(self, req: http.server.BaseHTTPRequestHandler) -> str | None:
         """The viewer's local user name; None when `req` has been answered (401 asking for
         a login, 403 naming why one was refused)."""
-        user = self._from_cookie(req.headers.get("Cookie") or "")
+        user = self._from_cookie(cookie_value(req.headers.get("Cookie"), VIEWER_COOKIE))
         if user:
             return user
         header = req.headers.get("Authorization")
@@ -404,23 +411,20 @@ class Gate:
         except spnego.NegotiateRefused as exc:
             _send(req, 403, f"403: {exc}", "text/plain")
             return None
-        cookie = f"{VIEWER_COOKIE}={self.signed(user, time.time() + VIEWER_TTL_S)}"
+        signed = self.signed(user, time.time() + VIEWER_TTL_S)
         req.extra_headers = (  # type: ignore[attr-defined]
-            ("Set-Cookie", f"{cookie}; Path=/; HttpOnly; SameSite=Strict"),)
+            ("Set-Cookie", set_cookie(VIEWER_COOKIE, signed)),)
         return user
 
     def signed(self, user: str, until: float) -> str:
         text = f"{urllib.parse.quote(user, safe='')}.{int(until)}"
         return f"{text}.{hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()}"
 
-    def _from_cookie(self, header: str) -> str | None:
-        try:
-            jar = http.cookies.SimpleCookie(header)
-        except http.cookies.CookieError:
+    def _from_cookie(self, value: str | None) -> str | None:
+        """The viewer a cookie this server signed names, while it holds; else None."""
+        if not value:
             return None
-        if VIEWER_COOKIE not in jar:
-            return None
-        text, _, mac = jar[VIEWER_COOKIE].value.rpartition(".")
+        text, _, mac = value.rpartition(".")
         user, _, until = text.rpartition(".")
         want = hmac.new(self.key, text.encode(), hashlib.sha256).hexdigest()
         if not (hmac.compare_digest(mac, want) and until.isdigit()

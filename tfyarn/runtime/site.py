@@ -141,8 +141,8 @@ class YarnSite(Site):
         if not core.get("fs.defaultFS", "").startswith("hdfs://"):
             return  # no HDFS home: the defaults are given elsewhere
         try:
-            client = webhdfs.container_client(home, settings.hadoop_conf_dir, settings.user,
-                                              settings.token_file, HISTORY_SAVE_S)
+            client = webhdfs.container_client(home, conf, settings.user, settings.token_file,
+                                              HISTORY_SAVE_S)
             with webhdfs.failing_as(f"making {home} private"):
                 done = webhdfs.private_dir(client, webhdfs.hdfs_path(home))
             if done == "tightened":

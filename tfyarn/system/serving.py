@@ -99,19 +99,31 @@ def admitted(req: Any, secret: str) -> bool:
 def carries(query: str, cookies: str | None, secret: str, name: str) -> tuple[bool, str]:
     """Whether a request with this query string and Cookie header carries `secret`, as
     `?token=` or as the cookie `name`; and, for a token, the Set-Cookie value that lets
-    the page's relative links carry it on (`HttpOnly; SameSite=Strict`), else ""."""
-    import http.cookies
+    the page's relative links carry it on, else ""."""
     import urllib.parse
 
     from tfyarn.system.private import same_secret
 
     if same_secret((urllib.parse.parse_qs(query).get("token") or [None])[0], secret):
-        return True, f"{name}={secret}; Path=/; HttpOnly; SameSite=Strict"
+        return True, set_cookie(name, secret)
+    return same_secret(cookie_value(cookies, name), secret), ""
+
+
+def cookie_value(cookies: str | None, name: str) -> str | None:
+    """The cookie `name` in a Cookie header; None where it has none or is malformed."""
+    import http.cookies
+
     try:
         jar = http.cookies.SimpleCookie(cookies or "")
     except http.cookies.CookieError:
-        return False, ""
-    return name in jar and same_secret(jar[name].value, secret), ""
+        return None
+    return jar[name].value if name in jar else None
+
+
+def set_cookie(name: str, value: str) -> str:
+    """A Set-Cookie value for this server's pages: no script reads it, no other site
+    sends it (`HttpOnly; SameSite=Strict`)."""
+    return f"{name}={value}; Path=/; HttpOnly; SameSite=Strict"
 
 
 def send_file(req: Any, path: str, kind: str) -> bool:
