@@ -1,7 +1,7 @@
 """The gateway's YARN client: skein's Java driver, for submit, report, connect, kill, list.
 
-One of the two modules that import skein (the other, `protocol/skeinlink.py`, links to
-a running application from its containers too). Owns starting skein's driver JVM (one
+It uses skein as `protocol/skeinlink.py` gives it (`tfyarns_skein`: tfyarn's build of
+skein, checked; PyPI's is refused with what to run). Owns starting skein's driver JVM (one
 per call, or the warm one `tfyarn skein-driver start` leaves running for a configuration),
 giving it the Hadoop configuration by its classpath (never by this process's
 environment), and turning skein's failures into one line that says what to run next.
@@ -24,7 +24,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from tfyarn.core.errors import EnvironmentMissing, SpecError, TfYarnError
-from tfyarn.protocol.skeinlink import App, failures
+from tfyarn.protocol.skeinlink import App, failures, tfyarns_skein
 
 CLASSPATH_TIMEOUT_S = 60.0  # `yarn classpath` for skein's JVM: a shell script, milliseconds
 WARM_STOP_S = 10.0  # `tfyarn skein-driver stop`: the JVM's own shutdown, before it is killed
@@ -40,7 +40,7 @@ NO_HADOOP = ("no Hadoop client here: skein needs the `yarn` command on PATH ($HA
 
 def application_spec(spec: dict) -> Any:
     """skein's ApplicationSpec of a plain dict (its own validation included)."""
-    import skein
+    skein = tfyarns_skein()
 
     return skein.ApplicationSpec.from_dict(spec)
 
@@ -57,7 +57,7 @@ class Yarn:
         """Start skein's driver, logging to `log`, with the Hadoop client configuration
         `driver_conf` (None: HADOOP_CONF_DIR's) and `java_options` for its JVM; what is
         missing is one line."""
-        import skein
+        skein = tfyarns_skein()
 
         try:
             options = _driver_options(driver_conf, java_options)
@@ -71,7 +71,7 @@ class Yarn:
     def warm(cls, conf_dir: str | None) -> Yarn | None:
         """The warm skein driver (`tfyarn skein-driver start`) when it runs for the same Hadoop
         configuration: a submit then starts no JVM. None otherwise."""
-        import skein
+        skein = tfyarns_skein()
 
         marker = _read_warm()
         if marker is None or marker.get("conf_dir") != conf_dir or not marker.get("address"):
@@ -90,7 +90,7 @@ class Yarn:
         `driver_conf`, where given, is the dir the JVM reads its configuration from;
         `owned`: a dir of tfyarn's own, removed when the driver is stopped (never the
         site's)."""
-        import skein
+        skein = tfyarns_skein()
 
         try:
             address = skein.Client.start_global_driver(
@@ -105,7 +105,7 @@ class Yarn:
     @staticmethod
     def stop_warm() -> bool:
         """Stop the warm skein driver; whether one ran."""
-        import skein
+        skein = tfyarns_skein()
 
         marker = _read_warm()
         with contextlib.suppress(FileNotFoundError):
@@ -188,7 +188,7 @@ def _driver_options(driver_conf: str | None, java_options: Sequence[str]) -> lis
     notebook's kernel submits to two clusters in turn)."""
     if driver_conf is None:
         return list(java_options)
-    import skein
+    skein = tfyarns_skein()
 
     jar = os.path.join(os.path.dirname(skein.__file__), "java", "skein.jar")
     hadoop = subprocess.run(["yarn", "classpath"], capture_output=True, text=True, check=True,
@@ -202,7 +202,7 @@ def _client_class() -> Any:
     """skein's Client, but one whose __del__ tolerates a half-built instance: skein's own
     raises from it when a start failed, noise on stderr after tfyarn's one line (this
     instead of quieting sys.unraisablehook, which is the whole process's)."""
-    import skein
+    skein = tfyarns_skein()
 
     class Client(skein.Client):  # type: ignore[misc]
         def __del__(self) -> None:
@@ -231,7 +231,7 @@ def _wait_gone(pid: int, timeout: float) -> None:
 def _warm_path() -> str:
     """tfyarn's note beside skein's global driver: which Hadoop configuration it serves
     (skein's own file does not say, and a driver for another cluster must not be used)."""
-    import skein
+    skein = tfyarns_skein()
 
     return os.path.join(skein.properties.config_dir, "tfyarn-warm-driver.json")
 

@@ -46,7 +46,7 @@ from tfyarn.hdfs import siteconf, webhdfs
 from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
-from tfyarn.protocol.skeinlink import Puts
+from tfyarn.protocol.skeinlink import Puts, check_skein_build
 
 TERMINAL = {"FINISHED", "FAILED", "KILLED"}
 REPORT_RETRIES = 5  # consecutive failed report calls before the watcher gives up
@@ -76,11 +76,13 @@ class ClientOptions:
 
 
 def require_client(opts: ClientOptions) -> None:
-    """Refuse early, before staging anything or touching ~/.skein, if YARN can't be reached
-    or (Kerberos) cannot be logged in to: no ticket, an expired one, a keytab without the
-    principal's key. A warm skein driver logged in already."""
+    """Refuse early, before staging anything or touching ~/.skein, if the installed skein
+    is not tfyarn's build, YARN can't be reached or (Kerberos) cannot be logged in to: no
+    ticket, an expired one, a keytab without the principal's key. A warm skein driver
+    logged in already."""
     if opts.keytab and not os.path.isfile(opts.keytab):
         raise SpecError(f"--keytab: {opts.keytab!r} does not exist")
+    check_skein_build()
     if shutil.which("yarn") is None:
         raise EnvironmentMissing(f"{NO_HADOOP} (missing: yarn)")
     conf_dir = opts.hadoop_conf

@@ -1,8 +1,9 @@
 """tfyarn's link to a running skein application (and, through it, gRPC).
 
-One of the two modules that import skein or grpc (the gateway's YARN client is
-`client/skeinclient.py`), and where their exceptions become `StoreGone` (a running
-application cannot be reached: its ApplicationMaster ended, or the network).
+The one module that imports skein and grpc, and where their exceptions become
+`StoreGone` (a running application cannot be reached: its ApplicationMaster ended, or
+the network). The gateway's YARN client (`client/skeinclient.py`) gets skein from
+`tfyarns_skein()`, which first checks that it is tfyarn's build (scripts/build-skein).
 
 - `App`: a running application, from inside one of its containers (`App.current()`) or
   from the gateway (`skeinclient.Yarn.connect`): its key-value store, its containers, its
@@ -19,21 +20,48 @@ import contextlib
 import functools
 import os
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from tfyarn.core.errors import StoreGone
+from tfyarn.core.errors import EnvironmentMissing, StoreGone
 
 T = TypeVar("T")
 Range = tuple[str, "str | None"]  # [start, end) of keys; end None: no bound
 GRPC_FORK_VAR = "GRPC_ENABLE_FORK_SUPPORT"
-PRIMER_KEY = "tfyarn-primer"  # never put (see App._prime)
-SUBSCRIBE_S = 10.0  # a watch the AM has not confirmed by then never will be (_confirmed)
-PUT_TRIES = 5  # a put the ApplicationMaster failed (see App.kv_put) is tried this often
-PUT_RETRY_S = 0.05
 _users_grpc_fork: str | None = None  # its value before we turned it off, for user processes
+
+
+TFYARNS_SKEIN = "+tfyarn."  # in the version of skein's build by scripts/build-skein
+BUILD_SKEIN = '.venv/bin/pip install "$(scripts/build-skein)"'
+
+
+@functools.cache
+def check_skein_build() -> None:
+    """EnvironmentMissing, saying what to run, unless the installed skein is tfyarn's
+    build (scripts/build-skein: its AM with the watch race fixed, preemption notices and
+    parallel container starts; no distutils on Python 3.12+). PyPI's 0.8.2 would run the
+    job's ApplicationMaster without those, and on 3.12+ fails to import with a traceback.
+    Checked on the gateway (which ships its jar to the AM), by metadata: nothing imported."""
+    from importlib import metadata
+
+    try:
+        version = metadata.version("skein")
+    except metadata.PackageNotFoundError:
+        version = None
+    if version is None or TFYARNS_SKEIN not in version:
+        found = f"skein {version} is PyPI's build" if version else "skein is not installed"
+        raise EnvironmentMissing(
+            f"{found}; tfyarn runs on YARN with its own build of skein (PyPI's source with "
+            f"tfyarn's patches; needs a JDK and Maven the first time). In the repository, "
+            f"run: {BUILD_SKEIN}")
+
+
+def tfyarns_skein() -> Any:
+    """skein, once `check_skein_build` passed."""
+    check_skein_build()
+    import skein
+
+    return skein
 
 
 def failures() -> tuple[type[BaseException], ...]:
@@ -73,7 +101,6 @@ class App:
 
     def __init__(self, raw: Any) -> None:
         self.raw = raw
-        self.primer: Any = None
         self.watching: dict[str, Puts] = {}  # kv_expect's subscriptions, by key
         self.kept: dict[Range, Any] = {}  # each range's watch, held for the process's life
 
@@ -85,36 +112,8 @@ class App:
 
         return cls(gone_on_failure(skein.ApplicationClient.from_current))
 
-    def _prime(self) -> None:
-        """Open this process's watch stream with a watch nothing matches, before its first
-        real one. skein carries every subscription of an application client over one
-        stream, and its ApplicationMaster sends a stream's first message unsafely: a put
-        matching a watch being created on a new stream can send it at the same time
-        (`sendHeaders has already been called` in the AM's log). Then the put fails, or
-        the watch's confirmation is lost and the stream breaks, and every later wait of
-        the process hangs. Primed, the first message is this watch's confirmation."""
-        if self.primer is None:
-            self.primer = _confirmed(
-                lambda: self.raw.kv.events(key=PRIMER_KEY, event_type="put"))
-
     def kv_put(self, key: str, value: bytes) -> None:
-        """Put, again if skein's ApplicationMaster failed the call: a put whose key
-        matches a watch being created at that moment can race the watch's own first
-        message (`sendHeaders has already been called` in the AM's log; the value is
-        stored, the call fails). A put is idempotent; a gone AM fails every try."""
-        import skein
-
-        for tries_left in range(PUT_TRIES - 1, -1, -1):
-            try:
-                self.raw.kv[key] = value
-                return
-            except skein.exceptions.ApplicationError as exc:  # not its ConnectionError
-                if not tries_left:
-                    raise StoreGone(f"the application failed the put of {key!r} {PUT_TRIES} "
-                                    f"times: {exc}") from None
-                time.sleep(PUT_RETRY_S)
-            except failures() as exc:
-                raise StoreGone(f"the application cannot be reached: {exc}") from None
+        gone_on_failure(self.raw.kv.__setitem__, key, value)
 
     def kv_get(self, key: str) -> bytes | None:
         return gone_on_failure(self.raw.kv.get, key)
@@ -143,9 +142,9 @@ class App:
     def kv_expect(self, key: str) -> Puts:
         """This process's subscription to puts of `key`, made now if it has none: made
         before the process announces what makes another put `key` (a launcher its
-        address, before the driver puts the cluster spec), no put can race its creation
-        (see `_prime`), and repeated waits create nothing. A range this process already
-        watches serves it without a new watch (see `kv_follow`)."""
+        address, before the driver puts the cluster spec), so that put is never missed,
+        and repeated waits create nothing. A range this process already watches serves
+        it without a new watch (see `kv_follow`)."""
         puts = self.watching.get(key)
         if puts is None:
             covering = [r for r in self.kept if _covers(r, key)]
@@ -157,18 +156,16 @@ class App:
         """A subscription to the puts of every key in each [start, end) range (end None:
         no bound), in one queue (of `only`'s puts alone, if given): events, not rescans.
 
-        The ApplicationMaster is asked to watch a range once per process, and never to
-        stop: skein's AM answers a watch's creation or cancellation on the stream's own
-        thread, while a put's thread sends the same stream a matching event, and the
-        two sends race (`sendHeaders has already been called`, or a confirmation lost:
-        the driver restarting a gang waited for one that never came). A queue made
-        later for a watched range, or closed, sends the AM nothing."""
-        self._prime()
+        The ApplicationMaster is asked to watch a range once per process, by a keeper
+        queue that keeps nothing, and the watch is kept: the driver follows the same
+        ranges attempt after attempt, and a queue made later for a watched range, or
+        closed, costs the AM no round trip. (Cancelling is safe with tfyarn's skein,
+        whose AM sends a watch's replies under the store's lock: scripts/skein-patches
+        0002; with PyPI's 0.8.2 a creation or cancellation raced a matching put.)"""
         for start, end in ranges:
             if (start, end) not in self.kept:
                 keeper = gone_on_failure(_sieve_type(), self.raw.kv, lambda key: False)
-                _confirmed(lambda k=keeper, s=start, e=end:
-                           k.subscribe(start=s, end=e, event_type="put"))
+                gone_on_failure(keeper.subscribe, start=start, end=end, event_type="put")
                 self.kept[(start, end)] = keeper
         queue = gone_on_failure(_sieve_type(), self.raw.kv,
                                 lambda key: only is None or key == only)
@@ -251,31 +248,6 @@ def _sieve_type() -> type:
                 super().put(item, block, timeout)
 
     return Sieve
-
-
-def _confirmed(subscribe: Callable[[], T]) -> T:
-    """`subscribe()`, which waits for the ApplicationMaster's confirmation, bounded:
-    skein's AM can lose it (a put matching the watch at its creation sends on the same
-    stream at the same time), and skein would wait forever. StoreGone instead: the
-    process fails, visibly, rather than hang."""
-    out: list[T] = []
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            out.append(gone_on_failure(subscribe))
-        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
-            failed.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(SUBSCRIBE_S)
-    if failed:
-        raise failed[0]
-    if not out:
-        raise StoreGone(f"skein's ApplicationMaster never confirmed a watch on the store in "
-                        f"{SUBSCRIBE_S:g} s")
-    return out[0]
 
 
 def gone_on_failure(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
