@@ -357,10 +357,57 @@ def test_a_resourcemanager_restart_mid_job_is_ridden_through(tmp_path, apps, who
         assert said.count("the ResourceManager answers again") == 1, said
 
 
+class PreemptionNotices:
+    """The preemption notices A's ApplicationMaster puts in its store ("skein:preemption",
+    tfyarn's skein patch 0005), each with the states of the containers it names as the
+    notice arrives, read by a thread watching the store while A runs."""
+
+    def __init__(self, app_id: str) -> None:
+        import threading
+
+        import skein
+
+        self.client = skein.Client()
+        self.app = self.client.connect(app_id)
+        self.seen: list[tuple[dict, dict[str, str]]] = []
+        self.queue = self.app.kv.events(key="skein:preemption", event_type="put")
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
+
+    def _watch(self) -> None:
+        import grpc
+        import skein
+
+        try:
+            while True:
+                notice = json.loads(self.queue.get().result.value)
+                ids = notice["strict"] + notice["negotiable"]
+                states = {c.id: str(c.state) for c in self.app.get_containers()
+                          if c.id in ids}
+                self.seen.append((notice, states))
+        except (skein.exceptions.SkeinError, grpc.RpcError, ConnectionError, OSError):
+            return  # the application ended: its store with it
+
+    def close(self) -> None:
+        self.thread.join(timeout=60)
+        self.client.close()
+
+
 def test_preemption_without_restarts_fails_saying_preempted(tmp_path, apps):
+    """...and the RM's notice reached A's store while the containers it names still ran
+    (the sandbox's RM waits 8 s between its notice and the kill)."""
     a, a_id, b, _ = contend(tmp_path, apps)
+    notices = PreemptionNotices(a_id)
     _, a_err = a.communicate(timeout=600)
+    notices.close()
     assert a.returncode == 1, a_err
+    assert notices.seen, "no preemption notice in A's store"
+    notice, states = notices.seen[0]
+    named = notice["strict"] + notice["negotiable"]
+    assert named and all(n.startswith("worker-") for n in named), notice
+    assert set(notice["yarn"]) == set(named) and all(
+        y.startswith("container_") for y in notice["yarn"].values()), notice
+    assert "RUNNING" in " ".join(states.values()), (notice, states)
     assert re.search(rf"Error: {a_id} FAILED: worker:\d was preempted by YARN "
                      r"\[YARN: Container preempted by scheduler\]", a_err), a_err
     _, b_err = b.communicate(timeout=600)

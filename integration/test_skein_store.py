@@ -2,10 +2,13 @@
 process that makes and drops subscriptions while other processes put keys (the driver
 restarting a gang while launchers register) loses no confirmation and fails no put.
 
-skein's AM answers a watch's creation or cancellation on the stream's own thread while
-a put's thread sends the same stream an event; before `App.kv_follow` kept each watch
-for the process's life, the two sends raced and a restart's driver died in about one
-job in ten (`never confirmed a watch on the store`, CI).
+PyPI's skein 0.8.2 AM answered a watch's creation or cancellation on the stream's own
+thread while a put's thread sent the same stream an event; the two sends raced and a
+restart's driver died in about one job in ten (`never confirmed a watch on the store`,
+CI), until tfyarn worked around it (a primer watch, bounded confirmations, retried
+puts). tfyarn's build of skein sends both under the store's lock (scripts/skein-patches
+0002, its own test in tests/test_skein_build.py); the workarounds are gone, and this
+test is the proof in use.
 """
 
 from __future__ import annotations
