@@ -30,10 +30,13 @@ VERSIONS = ("3.10", "3.12", "3.13")
 
 
 def python(version: str) -> str:
+    on_path = shutil.which(f"python{version}")
+    if on_path and "/shims/" in on_path:
+        on_path = None  # pyenv's shim runs only the versions pyenv is set to
     found = (os.environ.get(f"TFYARN_PYTHON{version.replace('.', '')}")
-             or shutil.which(f"python{version}")
              or next(iter(sorted(glob.glob(os.path.expanduser(
-                 f"~/.pyenv/versions/{version}*/bin/python{version}")))), None))
+                 f"~/.pyenv/versions/{version}*/bin/python{version}")))), None)
+             or on_path)
     if not found:
         say = f"no Python {version} here (pyenv install {version})"
         if os.environ.get("TFYARN_REQUIRE_PYTHONS") == "1":

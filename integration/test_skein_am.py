@@ -51,7 +51,8 @@ def told_by_the_running_attempt(client, app_id: str, deadline_s: float) -> str:
         try:
             app = client.connect(app_id, wait=True)
             return app.kv.wait("told").decode()
-        except (skein.exceptions.ConnectionError, skein.exceptions.ApplicationNotRunningError):
+        except (skein.exceptions.ConnectionError, skein.exceptions.ApplicationError,
+                skein.exceptions.ApplicationNotRunningError):
             time.sleep(1)  # between attempts: the next one is not up yet
     raise AssertionError(f"no attempt of {app_id} told anything in {deadline_s:g} s")
 
