@@ -68,16 +68,23 @@ def test_a_failing_task_raises_job_failed_naming_it(submitted):
 def test_ctrl_c_in_wait_kills_the_application_and_leaves_no_container(submitted):
     job = submitted(kind="tensorflow-worker", workers=2, command="sleep 600")
 
+    failed: list[BaseException] = []
+
     def interrupt_once_running() -> None:
-        deadline = time.monotonic() + 300
-        while [s.state for s in job.tasks()] != [State.RUNNING] * 2 \
-                and time.monotonic() < deadline:
-            time.sleep(0.5)
-        os.kill(os.getpid(), signal.SIGINT)
+        try:
+            deadline = time.monotonic() + 300
+            while [s.state for s in job.tasks()] != [State.RUNNING] * 2 \
+                    and time.monotonic() < deadline:
+                time.sleep(0.5)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's own thread
+            failed.append(exc)
+        finally:  # a failing look must not leave the wait below to the job's own end
+            os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_once_running, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         job.wait()
+    assert not failed, f"job.tasks() from another thread failed: {failed[0]!r}"
     wait_until(lambda: final_state(job.id).split("/")[0] in ("KILLED", "FINISHED"), 120,
                "the application's end")
     assert final_state(job.id).endswith("/KILLED")
