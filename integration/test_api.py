@@ -65,7 +65,16 @@ def test_a_failing_task_raises_job_failed_naming_it(submitted):
     assert "  bad-1" in text and f"tfyarn logs {job.id} --task worker:1" in text
 
 
-def test_ctrl_c_in_wait_kills_the_application_and_leaves_no_container(submitted):
+@pytest.fixture
+def python_sigint():
+    """SIGINT raises KeyboardInterrupt, as in a Jupyter kernel: a library an earlier test
+    of this process loaded may have put a handler of its own there."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_in_wait_kills_the_application_and_leaves_no_container(submitted, python_sigint):
     job = submitted(kind="tensorflow-worker", workers=2, command="sleep 600")
 
     failed: list[BaseException] = []

@@ -126,21 +126,36 @@ def test_run_raises_the_tasks_own_exception_with_its_traceback():
     assert isinstance(raised.value.__cause__, tfyarn.JobFailed)
 
 
-def test_ctrl_c_in_wait_stops_the_job_and_leaves_nothing():
+@pytest.fixture
+def python_sigint():
+    """SIGINT raises KeyboardInterrupt, as in a Jupyter kernel: a library an earlier test
+    of this process loaded may have put a handler of its own there."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_in_wait_stops_the_job_and_leaves_nothing(python_sigint):
     """KeyboardInterrupt in wait() (Jupyter's interrupt, here a real SIGINT to this
     process) stops the job as el_submit's Ctrl-C does, and is raised again."""
     job = tfyarn.submit(kind="tensorflow-worker", workers=2, local=True, command="sleep 300")
+    failed: list[BaseException] = []
 
     def interrupt_once_running() -> None:
-        deadline = time.monotonic() + 60
-        while [s.state for s in job.tasks()] != [State.RUNNING] * 2 \
-                and time.monotonic() < deadline:
-            time.sleep(0.05)
-        os.kill(os.getpid(), signal.SIGINT)
+        try:
+            deadline = time.monotonic() + 60
+            while [s.state for s in job.tasks()] != [State.RUNNING] * 2 \
+                    and time.monotonic() < deadline:
+                time.sleep(0.05)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's own thread
+            failed.append(exc)
+        finally:  # a failing look must not leave the wait below to the job's own end
+            os.kill(os.getpid(), signal.SIGINT)
 
     threading.Thread(target=interrupt_once_running, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         job.wait()
+    assert not failed, f"job.tasks() from another thread failed: {failed[0]!r}"
     assert job.status().final_status == "KILLED"
     assert job_processes(job.id) == []
 

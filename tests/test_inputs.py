@@ -270,9 +270,11 @@ def test_readme_setup_commands_chain_in_one_shell():
     first, second = [line.strip() for line in text.split("## Set up", 1)[1].splitlines()
                      if line.startswith("    ") and line.strip()][:2]
     assert "cd examples/census" not in first.replace("(cd examples/census", "")
-    assert second.startswith("python3 -m venv .venv") and ".venv/bin/pytest" in second
-    ci = (REPO / ".ci" / "run").read_text()  # CI installs and tests as the README says
-    assert "scripts/build-horovod" in second and "scripts/build-horovod" in ci
+    assert second.startswith("scripts/test-tools && python3 -m venv .venv")
+    assert ".venv/bin/pytest" in second and "scripts/build-horovod" in second
+    assert '"$(scripts/build-skein)"' in first and '"$(scripts/build-skein)"' in second
+    ci = (REPO / ".ci" / "run").read_text()  # CI runs the README's line itself (#42)
+    assert "README.md" in ci and 'eval "$command"' in ci
     shlex.split(first)  # it is a well-formed shell line
 
 
