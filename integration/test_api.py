@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import getpass
 import os
-import signal
 import sys
-import threading
-import time
 
+import interrupting
 import pytest
 from conftest import final_state, node_processes, wait_until
 
@@ -67,30 +65,14 @@ def test_a_failing_task_raises_job_failed_naming_it(submitted):
 
 @pytest.fixture
 def python_sigint():
-    """SIGINT raises KeyboardInterrupt, as in a Jupyter kernel: a library an earlier test
-    of this process loaded may have put a handler of its own there."""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
+    with interrupting.python_sigint():
+        yield
 
 
 def test_ctrl_c_in_wait_kills_the_application_and_leaves_no_container(submitted, python_sigint):
     job = submitted(kind="tensorflow-worker", workers=2, command="sleep 600")
 
-    failed: list[BaseException] = []
-
-    def interrupt_once_running() -> None:
-        try:
-            deadline = time.monotonic() + 300
-            while [s.state for s in job.tasks()] != [State.RUNNING] * 2 \
-                    and time.monotonic() < deadline:
-                time.sleep(0.5)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test's own thread
-            failed.append(exc)
-        finally:  # a failing look must not leave the wait below to the job's own end
-            os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    failed = interrupting.interrupt_once_running(job, 2, 300, 0.5)
     with pytest.raises(KeyboardInterrupt):
         job.wait()
     assert not failed, f"job.tasks() from another thread failed: {failed[0]!r}"

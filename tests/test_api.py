@@ -4,12 +4,11 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 
+import interrupting
 import pytest
 from conftest import job_processes
 
@@ -128,31 +127,15 @@ def test_run_raises_the_tasks_own_exception_with_its_traceback():
 
 @pytest.fixture
 def python_sigint():
-    """SIGINT raises KeyboardInterrupt, as in a Jupyter kernel: a library an earlier test
-    of this process loaded may have put a handler of its own there."""
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, before)
+    with interrupting.python_sigint():
+        yield
 
 
 def test_ctrl_c_in_wait_stops_the_job_and_leaves_nothing(python_sigint):
     """KeyboardInterrupt in wait() (Jupyter's interrupt, here a real SIGINT to this
     process) stops the job as el_submit's Ctrl-C does, and is raised again."""
     job = tfyarn.submit(kind="tensorflow-worker", workers=2, local=True, command="sleep 300")
-    failed: list[BaseException] = []
-
-    def interrupt_once_running() -> None:
-        try:
-            deadline = time.monotonic() + 60
-            while [s.state for s in job.tasks()] != [State.RUNNING] * 2 \
-                    and time.monotonic() < deadline:
-                time.sleep(0.05)
-        except BaseException as exc:  # noqa: BLE001 - reported by the test's own thread
-            failed.append(exc)
-        finally:  # a failing look must not leave the wait below to the job's own end
-            os.kill(os.getpid(), signal.SIGINT)
-
-    threading.Thread(target=interrupt_once_running, daemon=True).start()
+    failed = interrupting.interrupt_once_running(job, 2, 60, 0.05)
     with pytest.raises(KeyboardInterrupt):
         job.wait()
     assert not failed, f"job.tasks() from another thread failed: {failed[0]!r}"
