@@ -26,6 +26,7 @@ from tfyarn.client import appspec, common, history, kerberos, rm, staging
 from tfyarn.client.follow import LiveLogs, http_get
 from tfyarn.client.interrupts import Interrupts
 from tfyarn.client.skeinclient import NO_HADOOP, Yarn, YarnUnreachable, keeping_log, warm_driver
+from tfyarn.core import capacity
 from tfyarn.core.errors import (
     STATE_EXIT,
     EnvironmentMissing,
@@ -227,6 +228,7 @@ def submitted(spec: JobSpec, opts: ClientOptions,
     settings, conf_dir = opts.settings, opts.hadoop_conf
     defaults = staging.load_defaults(settings, conf_dir)
     spec = staging.keytab_job(spec, opts.principal, opts.keytab)
+    refuse_unfit(spec, opts)
     spec = with_memory_ceiling(spec, opts)
     spec = replace(spec, history_dir=spec.history_dir or defaults.history_dir,
                    redact=defaults.redact, yarn=with_site_acls(spec.yarn, defaults))
@@ -243,6 +245,25 @@ def submitted(spec: JobSpec, opts: ClientOptions,
             app_id = client.submit(app_spec, max(r.resources.gpus for r in spec.roles))
             upload.finish(done=upload.total)
         yield client, app_id
+
+
+def refuse_unfit(spec: JobSpec, opts: ClientOptions) -> None:
+    """A container no node of the job's queue and label can ever hold is a SpecError
+    before anything is staged or submitted (YARN would accept the application and fail
+    or wait later): the flag and the largest value that could run. Where the
+    ResourceManager's REST API does not answer, the job goes unchecked, and the submit
+    says so."""
+    queue = spec.yarn.queue or "default"
+    try:
+        client = rest_client(opts)
+        nodes = capacity.nodes_of(client.get("nodes"))
+        maximum = capacity.queue_maximum(client.get("scheduler"), queue)
+    except rm.Unavailable as exc:
+        say(f"could not read what the cluster can give ({exc}); submitting unchecked")
+        return
+    why = capacity.unfit(capacity.asks_of(spec), nodes, maximum, queue, spec.yarn.node_label)
+    if why is not None:
+        raise SpecError(why)
 
 
 def with_memory_ceiling(spec: JobSpec, opts: ClientOptions) -> JobSpec:

@@ -185,17 +185,31 @@ def thread_env(vcores: int, k: int, env: Mapping[str, str]) -> dict[str, str]:
 # ---------------------------------------------------------------- GPU placement
 
 
-def container_devices(gpus: int, env: Mapping[str, str]) -> list[str]:
-    """The GPU ids a YARN container may use: what its runtime made visible
-    (CUDA_VISIBLE_DEVICES, or NVIDIA_VISIBLE_DEVICES under docker), else 0..gpus-1 (YARN's
-    cgroups isolation hides the rest). No GPUs asked: none."""
+def container_devices(gpus: int, env: Mapping[str, str],
+                      assigned: Sequence[str] | None = None) -> tuple[list[str], str | None]:
+    """The GPU ids CUDA inside a YARN container must use, and a line for the task's log
+    where they are a guess.
+
+    YARN's docker runtime (NVIDIA_VISIBLE_DEVICES: the host's ids it passed) shows the
+    container only those cards, numbered from 0. Otherwise the ids the NodeManager
+    assigned (`assigned`, its GPU page; cgroups isolation leaves the others unusable),
+    else what the site set (CUDA_VISIBLE_DEVICES), else 0..gpus-1, said as a guess. No
+    GPUs asked: none."""
     if gpus <= 0:
-        return []
-    for key in ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"):
-        ids = [d.strip() for d in env.get(key, "").split(",") if d.strip()]
-        if ids and ids[0] not in ("all", "none", "void"):
-            return ids[:gpus]
-    return [str(i) for i in range(gpus)]
+        return [], None
+    ids = [d.strip() for d in env.get("NVIDIA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if ids and ids[0] not in ("all", "none", "void"):
+        return [str(i) for i in range(min(gpus, len(ids)))], None
+    if assigned:
+        return list(assigned)[:gpus], None
+    site = [d.strip() for d in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if site:
+        return site[:gpus], None
+    guess = [str(i) for i in range(gpus)]
+    why = ("its NodeManager assigned it none" if assigned is not None
+           else "YARN did not say which")
+    return guess, (f"{gpus} GPU{'s' if gpus != 1 else ''} asked, {why}: using "
+                   f"CUDA_VISIBLE_DEVICES={','.join(guess)}")
 
 
 def device_env(devices: list[str], k: int, j: int, shared: bool) -> dict[str, str]:

@@ -60,9 +60,10 @@ from tfyarn.core.timing import (
     heartbeat_s,
 )
 from tfyarn.hdfs import plugin as hdfs
+from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import users_env
-from tfyarn.runtime import docker, keytab, steps
+from tfyarn.runtime import docker, keytab, nodegpus, steps
 from tfyarn.runtime.callfn import RESULT_VAR
 from tfyarn.system import spawn, streams, tree
 
@@ -380,10 +381,22 @@ class Launcher:
         return keytab.KeytabLogin.of_job(dict(self.args.job.env), os.getcwd())
 
     def devices(self) -> list[str]:
-        if self.args.gpus == "auto":
-            gpus = self.args.job.container_of(self.args.tasks[0]).resources.gpus
-            return container_devices(gpus, os.environ)
-        return [] if self.args.gpus == "none" else self.args.gpus.split(",")
+        """This container's GPU ids: on YARN ("auto") the ones its NodeManager assigned
+        (asked once; under YARN's docker runtime the runtime's numbering), said in the
+        task's log where YARN did not say; locally the ones given."""
+        if self.args.gpus != "auto":
+            return [] if self.args.gpus == "none" else self.args.gpus.split(",")
+        gpus = self.args.job.container_of(self.args.tasks[0]).resources.gpus
+        assignment = nodegpus.Assignment(None)
+        if gpus > 0 and not os.environ.get("NVIDIA_VISIBLE_DEVICES"):
+            login = self.login
+            assignment = nodegpus.ask_node(
+                os.environ, None if login is None else Negotiator(ccache=login.ccache))
+        devices, guess = container_devices(gpus, os.environ, assignment.devices)
+        if guess is not None:
+            say(f"{guess}" + (f" ({assignment.why})" if assignment.why else ""),
+                str(self.args.tasks[0]))
+        return devices
 
     def env_for(self, slot: Slot, cluster: Cluster, ranks: RankTable | None,
                 devices: list[str]) -> dict[str, str]:
