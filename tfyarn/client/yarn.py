@@ -17,7 +17,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -42,7 +42,13 @@ from tfyarn.core.records import Outcome
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task, history_dir, model_dir, natural
-from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S, YARN_END_POLL_S, YARN_POLL_S
+from tfyarn.core.timing import (
+    AGGREGATION_WAIT_S,
+    GANG_WAIT_LOOK_S,
+    LIVE_LOG_POLL_S,
+    YARN_END_POLL_S,
+    YARN_POLL_S,
+)
 from tfyarn.hdfs import siteconf, webhdfs
 from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.protocol import kv as kvmod
@@ -406,6 +412,7 @@ class StoreView:
     spec: JobSpec
     follow: bool = False
     login: Negotiator | None = None  # a Kerberized cluster's: the NodeManagers' SPNEGO
+    explain: Callable[[kvmod.SkeinKV], str | None] | None = None  # why a gang waits
     news: common.News = field(init=False)
     registered: int = -1
     gang: int = 0
@@ -415,6 +422,8 @@ class StoreView:
     outcome: Outcome | None = None
     live: LiveLogs | None = None
     followed: float = -1e9
+    waiting_since: float | None = None  # this gang's first look with tasks unregistered
+    waited: str | None = None  # the last reason told
 
     def __post_init__(self) -> None:
         self.news = common.News(self.spec)
@@ -428,6 +437,7 @@ class StoreView:
         snap = taskstate.read(kvmod.Scoped(store, self.news.gang))
         self._registered(len(snap.addrs))
         self._phase(store.get(kvmod.PHASE))
+        self._waiting(store, len(snap.addrs) < len(self.spec.tasks()))
         self.news.read(store)
         for task in sorted(snap.started - self.started, key=natural):
             self._log_link(store, task)
@@ -442,6 +452,24 @@ class StoreView:
         if n != self.registered:
             self.registered = n
             say(f"tasks registered {n}/{len(self.spec.tasks())}")
+
+    def _waiting(self, store: kvmod.SkeinKV, unregistered: bool) -> None:
+        """A gang some of whose containers YARN has not given: after GANG_WAIT_LOOK_S,
+        and again as often, why (the short resource, who holds it), when that changed."""
+        if not unregistered or self.explain is None:
+            self.waiting_since = None
+            return
+        now = time.monotonic()
+        if self.waiting_since is None:
+            self.waiting_since = now
+            return
+        if now - self.waiting_since < GANG_WAIT_LOOK_S:
+            return
+        self.waiting_since = now
+        why = self.explain(store)
+        if why is not None and why != self.waited:
+            say(why)
+        self.waited = why
 
     def _phase(self, phase: str | None) -> None:
         if phase and phase != self.phase:
@@ -486,7 +514,8 @@ class Watcher:
     reports: Reports = field(init=False)
 
     def __post_init__(self) -> None:
-        self.view = StoreView(self.spec, self.follow, web_login(self.opts))
+        self.view = StoreView(self.spec, self.follow, web_login(self.opts),
+                              functools.partial(gang_wait, self.spec, self.app_id, self.opts))
         self.reports = Reports(self.client, self.app_id)
 
     def run(self, until: float | None = None) -> int:
@@ -651,6 +680,10 @@ def status(app_id: str, opts: ClientOptions | None = None, tasks: bool = False) 
             print("tasks:")
             try:
                 lines = live_tasks(store)
+                raw = store.get(kvmod.JOB)
+                why = None if raw is None else gang_wait(JobSpec.from_json(raw), app_id,
+                                                         opts, store)
+                lines += [f"waiting: {why}"] if why else []
             except StoreGone as exc:
                 lines = [f"(the application ended just now: {exc})"]
             for line in lines:
@@ -745,6 +778,29 @@ def history_gate(opts: ClientOptions, keytab: str) -> history.Gate:
     site = read_site(os.path.join(conf, "yarn-site.xml")) if conf else {}
     admins = site.get("yarn.admin.acl")
     return history.Gate(acceptor, yarn_acl(admins) if admins is not None else ())
+
+
+def gang_wait(spec: JobSpec, app_id: str, opts: ClientOptions,
+              store: kvmod.SkeinKV) -> str | None:
+    """Why containers of the job's gang that YARN has not given yet wait (the short
+    resource: what the cluster has, what is free, who holds the rest), from skein's
+    requested containers and the ResourceManager's nodes and running applications; None
+    when none waits, some node has room, or the ResourceManager does not answer."""
+    try:
+        asked = {container_name(c.service_name)
+                 for c in store.app.containers(states=["WAITING", "REQUESTED"])}
+    except StoreGone:
+        return None
+    if not asked:
+        return None
+    try:
+        client = rest_client(opts)
+        nodes = capacity.nodes_of(client.get("nodes"))
+        holders = capacity.holders_of(client.get("apps", {"states": "RUNNING"}))
+    except rm.Unavailable:
+        return None
+    return capacity.waiting_for(capacity.asks_of(spec, asked), nodes, holders, app_id,
+                                spec.yarn.node_label)
 
 
 def live_tasks(store: kvmod.KV) -> list[str]:

@@ -85,6 +85,7 @@ CLIENT_TICK_S = 1.0  # local client: its loop wakes on events (the store, signal
 RESTART_EXIT_WAIT_S = 2.0  # local restart: an old launcher has reported (the driver waited
 # for it), so it is exiting; past this it is killed with its group
 REST_TIMEOUT_S = 10.0  # one ResourceManager REST call
+GANG_WAIT_LOOK_S = 10.0  # a gang YARN has not given whole: why, looked up this often
 AGGREGATION_WAIT_S = 90.0  # -interact / logs --follow: for the rest of the output in `yarn logs`
 LIVE_LOG_POLL_S = 2.0  # -interact / logs --follow: each poll asks every container's
 # NodeManager for its log's new tail (one HTTP call per container)
