@@ -73,11 +73,18 @@ def test_ranks_share_the_containers_vcores():
 def test_device_placement():
     assert device_env([], 1, 0, shared=False) == {"CUDA_VISIBLE_DEVICES": ""}  # ps, -wg 0
     assert device_env(["3"], 1, 0, shared=False) == {"CUDA_VISIBLE_DEVICES": "3"}
-    shared = device_env(["1"], 2, 1, shared=True)  # -wnpg 2
-    assert shared == {"CUDA_VISIBLE_DEVICES": "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
+    shared = device_env(["1"], 2, 1, shared=True)  # -wnpg 2: 0.9 of the card split in two
+    assert shared == {"CUDA_VISIBLE_DEVICES": "1", "TFYARN_GPU_MEMORY_FRACTION": "0.45"}
+    assert device_env(["1"], 3, 0, shared=True, card_mib=15360) == {
+        "CUDA_VISIBLE_DEVICES": "1", "TFYARN_GPU_MEMORY_FRACTION": "0.3",
+        "TFYARN_GPU_MEMORY_MB": "4608"}
+    assert device_env(["1"], 2, 0, shared=True, fraction=1.0) == {  # no cap: growth
+        "CUDA_VISIBLE_DEVICES": "1", "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
     assert device_env(["0", "1", "2", "3"], 2, 1, shared=False) == {
         "CUDA_VISIBLE_DEVICES": "2,3"}  # -ppn 2 -wg 4: two each
-    assert device_env(["5"], 2, 0, shared=False)["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    assert device_env(["0", "1"], 2, 1, shared=False, fraction=0.5)[
+        "TFYARN_GPU_MEMORY_FRACTION"] == "0.5"  # -ppn, capped only when asked
+    assert device_env(["5"], 2, 0, shared=False)["TFYARN_GPU_MEMORY_FRACTION"] == "0.45"
 
 
 def test_containers_for_wnpg_and_ppn(tmp_path):
@@ -138,7 +145,7 @@ def test_yarn_services_per_container(tmp_path):
 
 SEE = ("import json, os; print('SEE ' + json.dumps({k: os.environ.get(k) for k in "
        "('TFYARN_TASK_TYPE', 'TFYARN_TASK_INDEX', 'CUDA_VISIBLE_DEVICES', "
-       "'TF_FORCE_GPU_ALLOW_GROWTH', 'RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'HOROVOD_RANK', "
+       "'TF_FORCE_GPU_ALLOW_GROWTH', 'TFYARN_GPU_MEMORY_FRACTION', 'RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'HOROVOD_RANK', "
        "'HOROVOD_GLOO_RENDEZVOUS_PORT', 'TF_CONFIG')}))")
 
 
@@ -151,7 +158,7 @@ def seen(stderr: str) -> dict[str, dict]:
     return out
 
 
-def test_wnpg_pairs_share_a_gpu_with_allow_growth(el_submit):
+def test_wnpg_pairs_share_a_gpu_each_capped_at_about_half(el_submit):
     out = el_submit("-t", "tensorflow-ps", "-wn", "4", "-wnpg", "2", "-wg", "1", "-x", "False",
                     "--local", "-c", py(SEE), env={"TFYARN_GPU_COUNT": "2"})
     assert out.returncode == 0, out.stderr
@@ -159,8 +166,9 @@ def test_wnpg_pairs_share_a_gpu_with_allow_growth(el_submit):
     assert s["ps:0"]["CUDA_VISIBLE_DEVICES"] == ""  # ps never get GPUs
     assert s["chief:0"]["CUDA_VISIBLE_DEVICES"] == s["worker:0"]["CUDA_VISIBLE_DEVICES"] == "0"
     assert s["worker:1"]["CUDA_VISIBLE_DEVICES"] == s["worker:2"]["CUDA_VISIBLE_DEVICES"] == "1"
-    assert all(s[t]["TF_FORCE_GPU_ALLOW_GROWTH"] == "true"
+    assert all(s[t]["TFYARN_GPU_MEMORY_FRACTION"] == "0.45"
                for t in ("chief:0", "worker:0", "worker:1", "worker:2"))
+    assert s["ps:0"]["TFYARN_GPU_MEMORY_FRACTION"] is None
     cluster = json.loads(s["worker:2"]["TF_CONFIG"])["cluster"]
     assert {k: len(v) for k, v in cluster.items()} == {"ps": 1, "chief": 1, "worker": 3}
     assert "[worker:0] SEE" in out.stderr  # each process's lines carry its task

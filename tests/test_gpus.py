@@ -122,7 +122,7 @@ def nm_env(port: int, container: str = OURS) -> dict[str, str]:
 def test_the_launcher_asks_its_own_node_for_its_own_container():
     body = (FIX / "nm-resources-gpu-isolated-assigned.json").read_bytes()
     with node_manager(body) as (port, handler):
-        assert nodegpus.ask_node(nm_env(port), None) == nodegpus.Assignment(("3",))
+        assert nodegpus.ask_node(nm_env(port), None) == nodegpus.Assignment(("3",), "", 15360)
         assert nodegpus.ask_node(nm_env(port, TWO), None).devices == ("0", "1")
     assert handler.paths == ["/ws/v1/node/resources/yarn.io%2Fgpu"] * 2
 
@@ -147,14 +147,15 @@ def test_outside_yarn_nothing_is_asked():
 
 
 def run_launcher(tmp_path: Path, gpus: int, env: dict[str, str], workers: int = 1,
-                 per_container: int = 1) -> tuple[list[str], str]:
+                 per_container: int = 1, show: str = "${TF_FORCE_GPU_ALLOW_GROWTH:-}",
+                 fraction: float | None = None) -> tuple[list[str], str]:
     """One real launcher (`--gpus auto`, as on YARN) whose tasks print their
-    CUDA_VISIBLE_DEVICES; the test plays the driver through the directory store."""
+    CUDA_VISIBLE_DEVICES and `show`; the test plays the driver through the directory
+    store."""
     job_id = f"test_{uuid.uuid4().hex[:8]}"
     spec = JobSpec("t", "tensorflow-worker", (Role("worker", workers, Resources(1024, 1, gpus)),),
-                   'echo "$CUDA_VISIBLE_DEVICES|${TF_FORCE_GPU_ALLOW_GROWTH:-}" > '
-                   'devices-$TFYARN_TASK_INDEX.txt',
-                   tasks_per_container=per_container)
+                   f'echo "$CUDA_VISIBLE_DEVICES|{show}" > devices-$TFYARN_TASK_INDEX.txt',
+                   tasks_per_container=per_container, gpu_memory_fraction=fraction)
     tasks = spec.tasks()[:per_container]
     (tmp_path / "job.json").write_text(spec.to_json())
     store = kvmod.Scoped(kvmod.DirKV(str(tmp_path / "kv")), 0)
@@ -186,7 +187,7 @@ def test_two_workers_of_a_shared_card_get_the_assigned_one(tmp_path):
     body = (FIX / "nm-resources-gpu-isolated-assigned.json").read_bytes()
     with node_manager(body) as (port, _):  # -wnpg 2 -wg 1 on the container assigned 0,1
         seen, err = run_launcher(tmp_path, 1, nm_env(port, TWO), workers=2, per_container=2)
-    assert seen == ["0|true", "0|true"], err
+    assert seen == ["0|", "0|"], err  # capped (below), so no allow-growth
 
 
 def test_a_launcher_on_a_node_without_isolation_says_it_guesses(tmp_path):
@@ -303,3 +304,83 @@ def test_the_jobs_containers_as_asks(tmp_path):
            for a in capacity.asks_of(spec)]
     assert got == [("ps:0", 0, "-pm", "-pc"), ("worker:0", 1, "-wm", "-wc"),
                    ("worker:1", 1, "-wm", "-wc")]
+
+
+# ---------------------------------------------------------------- workers sharing a card
+
+
+def test_two_workers_of_a_card_each_get_a_cap_of_about_half(tmp_path):
+    body = (FIX / "nm-resources-gpu-isolated-assigned.json").read_bytes()
+    with node_manager(body) as (port, _):  # the answer says the card has 15360 MiB
+        seen, err = run_launcher(tmp_path, 1, nm_env(port, TWO), workers=2, per_container=2,
+                                 show="$TFYARN_GPU_MEMORY_FRACTION|$TFYARN_GPU_MEMORY_MB")
+    assert seen == ["0|0.45|6912", "0|0.45|6912"], err
+
+
+def test_the_cap_is_an_option(tmp_path):
+    body = (FIX / "nm-resources-gpu-isolated-assigned.json").read_bytes()
+    with node_manager(body) as (port, _):
+        seen, err = run_launcher(tmp_path, 1, nm_env(port, TWO), workers=2, per_container=2,
+                                 show="$TFYARN_GPU_MEMORY_FRACTION|$TFYARN_GPU_MEMORY_MB",
+                                 fraction=0.25)
+    assert seen == ["0|0.25|3840", "0|0.25|3840"], err
+
+
+HOOK_CHECK = r"""
+import os, sys
+import {module}
+print("{module}", {probe})
+"""
+
+
+def hooked(tmp_path: Path, module: str, probe: str, env: dict[str, str]) -> str:
+    """A task's python with the launcher's hook on its PYTHONPATH and the cap's env,
+    importing `module` and printing what `probe` finds."""
+    from tfyarn.hdfs.plugin import plugin_env
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TFYARN_")}
+    full = {**base, "TFYARN_HDFS_PLUGIN": "off", **env}
+    full.update(plugin_env(full))
+    script = tmp_path / "check.py"
+    script.write_text(HOOK_CHECK.format(module=module, probe=probe))
+    out = subprocess.run([sys.executable, str(script)], env=full, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip() + "\n" + out.stderr
+
+
+def test_tensorflow_loads_with_the_cap_applied_before_user_code(tmp_path):
+    pytest.importorskip("tensorflow")
+    out = hooked(tmp_path, "tensorflow",
+                 "[str(c) for c in __import__('tensorflow').config.list_physical_devices('GPU')],"
+                 " __import__('tensorflow').config.list_logical_devices('CPU') != []",
+                 {"TFYARN_GPU_MEMORY_FRACTION": "0.45", "TFYARN_GPU_MEMORY_MB": "6912",
+                  "CUDA_VISIBLE_DEVICES": ""})
+    # no GPU here: the hook ran (it would say so on stderr had TF refused the limit)
+    assert out.startswith("tensorflow [] True"), out
+    assert "not set" not in out
+
+
+def test_torch_gets_its_fraction_at_cudas_lazy_init(tmp_path):
+    pytest.importorskip("torch")
+    out = hooked(tmp_path, "torch",
+                 "any(getattr(c[0], '__name__', '') == 'cap' for c in "
+                 "getattr(__import__('torch').cuda, '_queued_calls', []))",
+                 {"TFYARN_GPU_MEMORY_FRACTION": "0.45"})
+    assert out.startswith("torch True"), out  # queued, CUDA not initialized by the import
+    assert "not set" not in out
+
+
+def test_the_cap_option_is_checked_where_it_is_parsed(tmp_path):
+    from tfyarn.api.options import ElSubmitArgs, from_el_submit
+    from tfyarn.core.errors import SpecError
+
+    def parse(**kw):
+        return from_el_submit(ElSubmitArgs(command=("true",), kind="tensorflow-worker", **kw),
+                              str(tmp_path))
+    assert parse(worker_gpus="1", gpu_memory_fraction="0.3").gpu_memory_fraction == 0.3
+    assert parse(worker_gpus="1").gpu_memory_fraction is None
+    with pytest.raises(SpecError, match=r"^--gpu-memory-fraction: caps .* -wg is 0; add -wg 1"):
+        parse(gpu_memory_fraction="0.5")
+    with pytest.raises(SpecError, match=r"^--gpu-memory-fraction: give a share .* \(got '1.5'\)"):
+        parse(worker_gpus="1", gpu_memory_fraction="1.5")

@@ -92,6 +92,8 @@ def args_of(spec: JobSpec) -> ElSubmitArgs:
         memory_growth=f"{spec.memory_growth:g}" if spec.memory_growth else None,
         stall_timeout=(_whole(spec.stall_timeout_s) if spec.stall_timeout_s is not None
                        else None),
+        gpu_memory_fraction=(f"{spec.gpu_memory_fraction:g}"
+                             if spec.gpu_memory_fraction is not None else None),
         gang_patience=_whole(spec.yarn.gang_patience_s),
         checkpoint_dir=spec.checkpoint_dir, model_dir=spec.model_dir,
         tensorboard_linger=(_whole(spec.tensorboard_linger_s / 60)

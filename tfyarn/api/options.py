@@ -85,6 +85,22 @@ def parse_growth(value: str | None) -> float | None:
     return factor
 
 
+def parse_fraction(value: str | None, gpus: int) -> float | None:
+    """--gpu-memory-fraction: a share of a card, over 0 and at most 1; None when not given.
+    Refused without GPUs (-wg 0), where it would cap nothing."""
+    if value is None:
+        return None
+    m = _FACTOR.match(value)
+    fraction = float(m.group(1)) if m else 0.0
+    if not 0 < fraction <= 1:
+        raise SpecError(f"--gpu-memory-fraction: give a share of the card over 0 and at most "
+                        f"1, e.g. --gpu-memory-fraction 0.5 (got {_shown(value)})")
+    if gpus < 1:
+        raise SpecError("--gpu-memory-fraction: caps the workers' GPU memory, and -wg is 0; "
+                        "add -wg 1 (or more), or drop --gpu-memory-fraction")
+    return fraction
+
+
 def parse_memory(flag: str, value: str | None, default: int) -> int:
     """Megabytes as el_submit takes them (`2000`), plus `2g`, `512m`, `1.5g`."""
     if value is None:
@@ -222,6 +238,10 @@ class ElSubmitArgs:
                                       "(default 1024)")
     workers_per_gpu: str | None = _flag("-wnpg", "N", "tensorflow-ps/-worker: workers per "
                                         "container, sharing its GPU")
+    gpu_memory_fraction: str | None = _flag("--gpu-memory-fraction", "F", "each worker's "
+                                            "cap on its card's memory, a fraction (default "
+                                            "with -wnpg N: 0.9/N, so no worker of a card "
+                                            "starves the others; 1: no cap)")
     procs_per_node: str | None = _flag("-ppn", "N", "tensorflow-mpi/pytorch: ranks per "
                                        "container (world size = wn x ppn)")
     wait_time: str | None = _flag("-wait_time", "MIN", "minutes to wait for every task to "
@@ -406,6 +426,7 @@ def _check_texts(a: ElSubmitArgs) -> None:
                         ("--gang-patience", a.gang_patience),
                         ("--memory-growth", a.memory_growth),
                         ("--stall-timeout", a.stall_timeout),
+                        ("--gpu-memory-fraction", a.gpu_memory_fraction),
                         ("--tensorboard-linger", a.tensorboard_linger)):
         if value is not None and not value.strip():
             raise SpecError(f"{flag}: empty value; give a number or leave {flag} out")
@@ -459,9 +480,10 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
                else parse_int("--timeout", a.timeout, 0, minimum=1, maximum=MAX["timeout_s"]))
     heartbeat = parse_int("--heartbeat-timeout", a.heartbeat_timeout,
                           int(timing.HEARTBEAT_TIMEOUT_S), minimum=5, maximum=MAX["heartbeat_s"])
+    gpus = parse_int("-wg", a.worker_gpus, 0, maximum=MAX["gpus"])
     return JobSpec(
-        tasks_per_container=_per_container(a, app_type, parse_int(
-            "-wg", a.worker_gpus, 0, maximum=MAX["gpus"])),
+        tasks_per_container=_per_container(a, app_type, gpus),
+        gpu_memory_fraction=parse_fraction(a.gpu_memory_fraction, gpus),
         name=a.name or "tfyarn",
         app_type=app_type,
         roles=_roles(a, app_type),

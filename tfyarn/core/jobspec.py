@@ -254,6 +254,7 @@ class JobSpec:
     data: tuple[str, ...] = ()  # --data: committed datasets the tasks read (TFYARN_DATA)
     memory_growth: float | None = None  # --memory-growth: x memory after a memory kill
     stall_timeout_s: float | None = None  # --stall-timeout: no progress this long fails
+    gpu_memory_fraction: float | None = None  # --gpu-memory-fraction; None: 0.9/k (-wnpg k)
     history_dir: str | None = None  # where the page is saved at the end; None: the default
     redact: tuple[str, ...] = ()  # tfyarn.yaml's `redact:`: more secret names (regexes)
 
@@ -285,6 +286,8 @@ class JobSpec:
                             f"{MAX['memory_growth']:g} (e.g. 1.5), not {self.memory_growth:g}")
         if self.stall_timeout_s is not None and not 0 < self.stall_timeout_s <= MAX["stall_s"]:
             raise SpecError(f"--stall-timeout must be 1..{MAX['stall_s']} seconds")
+        if self.gpu_memory_fraction is not None and not 0 < self.gpu_memory_fraction <= 1:
+            raise SpecError("--gpu-memory-fraction must be over 0 and at most 1")
         for name in self.redact:
             try:
                 re.compile(name)

@@ -212,18 +212,33 @@ def container_devices(gpus: int, env: Mapping[str, str],
                    f"CUDA_VISIBLE_DEVICES={','.join(guess)}")
 
 
-def device_env(devices: list[str], k: int, j: int, shared: bool) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES for process j of the k in a container holding `devices`.
+def device_env(devices: list[str], k: int, j: int, shared: bool,
+               fraction: float | None = None, card_mib: int | None = None) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES for process j of the k in a container holding `devices`, and
+    its memory cap on them.
 
     No devices: none visible (ps and -wg 0 run on CPU, never grab a card). `shared`
-    (-wnpg) or fewer devices than processes: all share all, with allow-growth so no one
-    takes the whole card. Otherwise (-ppn) each gets its own slice, one per local rank.
+    (-wnpg) or fewer devices than processes: all share all, each capped at `fraction` of
+    a card (--gpu-memory-fraction; default 0.9/k, the rest for CUDA's own contexts), so
+    no one takes the whole card. Otherwise (-ppn) each gets its own slice, one per local
+    rank, capped only where `fraction` is given. The cap goes to the task's hook
+    (hdfs/hook/sitecustomize.py) as TFYARN_GPU_MEMORY_FRACTION (PyTorch's per-process
+    fraction) and, where the card's size is known, TFYARN_GPU_MEMORY_MB (TensorFlow's
+    logical device limit); TF_FORCE_GPU_ALLOW_GROWTH where no cap applies.
     """
     if not devices:
         return {"CUDA_VISIBLE_DEVICES": ""}
-    if k == 1:
-        return {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
-    if shared or len(devices) < k:
-        return {"CUDA_VISIBLE_DEVICES": ",".join(devices), "TF_FORCE_GPU_ALLOW_GROWTH": "true"}
-    per = len(devices) // k
-    return {"CUDA_VISIBLE_DEVICES": ",".join(devices[j * per:(j + 1) * per])}
+    sharing = k > 1 and (shared or len(devices) < k)
+    if k == 1 or sharing:
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(devices)}
+    else:
+        per = len(devices) // k
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(devices[j * per:(j + 1) * per])}
+    share = fraction if fraction is not None else (int(900 / k) / 1000 if sharing else None)
+    if share is not None and share < 1:
+        env["TFYARN_GPU_MEMORY_FRACTION"] = f"{share:g}"
+        if card_mib:
+            env["TFYARN_GPU_MEMORY_MB"] = str(int(card_mib * share))
+    elif sharing:
+        env["TF_FORCE_GPU_ALLOW_GROWTH"] = "true"
+    return env

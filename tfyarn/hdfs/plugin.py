@@ -59,12 +59,13 @@ def register(tf: Any, setting: str = "auto") -> str | None:
 
 def plugin_env(env: dict[str, str]) -> dict[str, str]:
     """What the launcher adds to a task's env so that `import tensorflow` registers the
-    plugin (PYTHONPATH first entry: the hook; the plugin setting, "auto" by default)."""
-    if env.get(PLUGIN_ENV) == "off":
-        return {}
+    plugin (PYTHONPATH first entry: the hook; the plugin setting, "auto" by default);
+    with the plugin off, the hook alone where a GPU memory cap is to be applied."""
     path = env.get("PYTHONPATH")
-    return {"PYTHONPATH": HOOK_DIR + (os.pathsep + path if path else ""),
-            PLUGIN_ENV: env.get(PLUGIN_ENV) or "auto", **jvm_env(env)}
+    hooked = {"PYTHONPATH": HOOK_DIR + (os.pathsep + path if path else "")}
+    if env.get(PLUGIN_ENV) == "off":  # the hook still applies a GPU memory cap
+        return hooked if env.get("TFYARN_GPU_MEMORY_FRACTION") else {}
+    return {**hooked, PLUGIN_ENV: env.get(PLUGIN_ENV) or "auto", **jvm_env(env)}
 
 
 def jvm_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -317,6 +317,7 @@ class Launcher:
     cluster_seen: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)  # the launcher ends
     reports: dict[Task, StepReport] = field(default_factory=dict)  # steps forwarded
+    card_mib: int | None = None  # the GPU's memory, for --gpu-memory-fraction's cap in MB
 
     def run(self) -> None:
         """Register every task, wait for the cluster, run and supervise the processes."""
@@ -385,13 +386,16 @@ class Launcher:
         (asked once; under YARN's docker runtime the runtime's numbering), said in the
         task's log where YARN did not say; locally the ones given."""
         if self.args.gpus != "auto":
-            return [] if self.args.gpus == "none" else self.args.gpus.split(",")
+            devices = [] if self.args.gpus == "none" else self.args.gpus.split(",")
+            self.card_mib = nodegpus.local_card_mib() if devices else None
+            return devices
         gpus = self.args.job.container_of(self.args.tasks[0]).resources.gpus
         assignment = nodegpus.Assignment(None)
         if gpus > 0 and not os.environ.get("NVIDIA_VISIBLE_DEVICES"):
             login = self.login
             assignment = nodegpus.ask_node(
                 os.environ, None if login is None else Negotiator(ccache=login.ccache))
+        self.card_mib = assignment.card_mib or (nodegpus.local_card_mib() if gpus else None)
         devices, guess = container_devices(gpus, os.environ, assignment.devices)
         if guess is not None:
             say(f"{guess}" + (f" ({assignment.why})" if assignment.why else ""),
@@ -421,7 +425,8 @@ class Launcher:
         if job.runtime.mode == "local":  # `tfyarn.run`'s tasks: the launcher's own python
             env.setdefault("TFYARN_PYTHON", sys.executable)  # (else the env's, on PATH)
         k = len(self.args.tasks)
-        env.update(device_env(devices, k, slot.index, shared=not job.allreduce))
+        env.update(device_env(devices, k, slot.index, shared=not job.allreduce,
+                              fraction=job.gpu_memory_fraction, card_mib=self.card_mib))
         if self.in_docker:  # docker numbers the slot's GPUs from 0; no host paths in there
             slot.gpus = [d for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d]
             env.update(docker.gpu_options(slot.gpus)[1])

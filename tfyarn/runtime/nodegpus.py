@@ -15,6 +15,8 @@ an answer it cannot get is a line in the task's log, saying why.
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 import urllib.error
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -33,6 +35,31 @@ class Assignment:
 
     devices: tuple[str, ...] | None
     why: str = ""
+    card_mib: int | None = None  # the smallest card's memory, where the answer says
+
+
+def card_mib_in(answer: Mapping[str, Any]) -> int | None:
+    """The smallest card's memory (MiB) in the NodeManager's answer, None where it lists
+    no card: what a task's --gpu-memory-fraction is a share of."""
+    sizes = [int((g.get("gpuMemoryUsage") or {}).get("totalMemoryMiB") or 0)
+             for g in ((answer.get("gpuDeviceInformation") or {}).get("gpus") or [])]
+    sizes = [s for s in sizes if s > 0]
+    return min(sizes) if sizes else None
+
+
+def local_card_mib(run: Any = subprocess.run) -> int | None:
+    """The smallest card's memory (MiB) as this host's nvidia-smi says, None without one
+    (a local job's --gpu-memory-fraction then caps PyTorch only)."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = run([smi, "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                  capture_output=True, text=True, timeout=REST_TIMEOUT_S, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sizes = [int(x) for x in out.split() if x.strip().isdigit()]
+    return min(sizes) if sizes else None
 
 
 def assigned_in(answer: Mapping[str, Any], container_id: str) -> tuple[str, ...] | None:
@@ -65,8 +92,9 @@ def ask_node(env: Mapping[str, str], login: spnego.Negotiator | None) -> Assignm
     except (urllib.error.URLError, OSError, ValueError, spnego.NegotiateRefused,
             spnego.NegotiateUnavailable) as exc:
         return Assignment(None, f"{url} did not answer: {exc}")
-    devices = assigned_in(answer if isinstance(answer, dict) else {}, cid)
+    answer = answer if isinstance(answer, dict) else {}
+    devices = assigned_in(answer, cid)
     if devices is None:
         return Assignment(None, f"node {host} isolates no GPU (its NodeManager assigns "
-                                "devices to no container)")
-    return Assignment(devices)
+                                "devices to no container)", card_mib_in(answer))
+    return Assignment(devices, "", card_mib_in(answer))
