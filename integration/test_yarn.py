@@ -213,16 +213,6 @@ def test_sigterm_to_el_submit_kills_the_application(tmp_path, apps):
     assert final_state(app_id).endswith("/KILLED")
 
 
-def test_gpu_request_on_a_cluster_without_gpus(el_submit):
-    if "yarn.io/gpu" in yarn_cli("node", "-list", "-showDetails"):
-        pytest.skip("this cluster schedules GPUs")
-    start = time.monotonic()
-    out, app_id = el_submit("-t", "standalone", "-wg", "1", *SMALL, "-c", "true", timeout=120)
-    assert out.returncode == 2 and app_id == "", out.stderr
-    assert out.stderr.startswith("Error: -wg 1: this cluster has no GPU resource")
-    assert time.monotonic() - start < 60
-
-
 def test_lifecycle_commands_on_a_finished_app(el_submit):
     out, app_id = el_submit("-t", "standalone", *SMALL, "-c", "echo finished-fine")
     assert out.returncode == 0, out.stderr

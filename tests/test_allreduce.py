@@ -145,7 +145,8 @@ def test_yarn_services_per_container(tmp_path):
 
 SEE = ("import json, os; print('SEE ' + json.dumps({k: os.environ.get(k) for k in "
        "('TFYARN_TASK_TYPE', 'TFYARN_TASK_INDEX', 'CUDA_VISIBLE_DEVICES', "
-       "'TF_FORCE_GPU_ALLOW_GROWTH', 'TFYARN_GPU_MEMORY_FRACTION', 'RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'HOROVOD_RANK', "
+       "'TF_FORCE_GPU_ALLOW_GROWTH', 'TFYARN_GPU_MEMORY_FRACTION', 'RANK', 'LOCAL_RANK', "
+       "'WORLD_SIZE', 'HOROVOD_RANK', "
        "'HOROVOD_GLOO_RENDEZVOUS_PORT', 'TF_CONFIG')}))")
 
 
