@@ -18,6 +18,7 @@ import pytest
 from conftest import job_processes
 from test_faults import launcher_pid, running, start, wait_for
 
+from tfyarn.core import policy
 from tfyarn.core.policy import decide
 from tfyarn.core.tfconfig import Task
 from tfyarn.runtime import docker
@@ -198,3 +199,47 @@ def test_a_node_whose_docker_does_not_answer_says_so_at_once(el_submit, image):
                     env={"DOCKER_HOST": "unix:///nonexistent.sock"})
     assert out.returncode == 4 and out.stderr.startswith("Error: -m docker needs a reachable")
 
+
+
+# ---------------------------------------------------------------- GPUs (#43), real engine
+
+
+def test_the_engine_takes_the_gpus_argv_and_the_task_counts_its_cards_from_0(image, tmp_path):
+    """The `docker run` a launcher builds for host cards 2 and 3: this engine (no NVIDIA
+    toolkit) parses `--gpus` and refuses it in its daemon, not as a bad flag; run without
+    that pair, the task inside sees the cards as docker numbers them, 0 and 1."""
+    def argv(gpus: list[str]) -> list[str]:
+        return docker.run_argv(
+            docker.DockerRun(image, "host", ()), 'echo "CUDA=$CUDA_VISIBLE_DEVICES '
+            'NVIDIA=$NVIDIA_VISIBLE_DEVICES"', name=f"tfyarn-test-gpus-{os.getpid()}",
+            labels={docker.LABEL_JOB: "test-gpus"}, env_keys=sorted(env), mounts=[],
+            cwd="/", user=f"{os.getuid()}:{os.getgid()}", memory_mb=256, gpus=gpus)
+    gpu_argv, env = docker.gpu_options(["2", "3"])
+    full = argv(["2", "3"])
+    assert full[full.index("--gpus"):full.index("--gpus") + 2] == gpu_argv
+    try:
+        refused = subprocess.run(full, capture_output=True, text=True,
+                                 env={**os.environ, **env}, timeout=120)
+        assert refused.returncode == 125, refused.stderr
+        assert "Error response from daemon: " + policy.DOCKER_NO_GPU in refused.stderr
+        subprocess.run(["docker", "rm", "-f", full[full.index("--name") + 1]],
+                       capture_output=True, check=False)
+        inside = subprocess.run(argv([]), capture_output=True, text=True,
+                                env={**os.environ, **env}, timeout=120)
+        assert inside.stdout.strip() == "CUDA=0,1 NVIDIA=2,3", inside.stderr
+    finally:
+        subprocess.run(["docker", "rm", "-f", full[full.index("--name") + 1]],
+                       capture_output=True, check=False)
+
+
+def test_gpus_asked_of_an_engine_without_nvidias_toolkit_fail_once_saying_so(el_submit, image):
+    out = el_submit("-t", "standalone", "-wg", "1", "--max-restarts", "1", "--local",
+                    "-m", "docker", "-m_arg", image, "-c", "true",
+                    env={"TFYARN_GPU_COUNT": "2"})
+    assert out.returncode == 1, out.stderr
+    assert ("worker:0: -wg 1: node 127.0.0.1's Docker Engine cannot give a container GPUs "
+            "(docker: could not select device driver for [[gpu]]: no NVIDIA Container "
+            "Toolkit there); ask the cluster's admins to install it, or run with -wg 0"
+            ) in out.stderr
+    assert "restarting" not in out.stderr.lower()
+    assert containers(out.stdout.strip()) == []

@@ -203,6 +203,23 @@ def memory_end(rec: TaskEnd, flag: str, memory_mb: int, limit_mb: int) -> TaskEn
                           f"{limit_mb} MB]")
 
 
+DOCKER_NO_GPU = 'could not select device driver "" with capabilities: [[gpu]]'  # Docker
+# Engine's refusal of `--gpus` without NVIDIA's container toolkit (captured in the test)
+
+
+def docker_gpu_end(rec: TaskEnd, gpus: int, host: str) -> TaskEnd | None:
+    """The exit record of a task whose `docker run --gpus` the node's engine refused (it
+    cannot pass GPUs: no NVIDIA Container Toolkit), else None. Not retried: a restart
+    asks the same engine."""
+    if rec.code != 125 or not any(DOCKER_NO_GPU in line for line in rec.tail):
+        return None
+    return replace(rec, cause=PERMANENT, explained=True,
+                   reason=f"-wg {gpus}: node {host}'s Docker Engine cannot give a container "
+                          "GPUs (docker: could not select device driver for [[gpu]]: no "
+                          "NVIDIA Container Toolkit there); ask the cluster's admins to "
+                          "install it, or run with -wg 0")
+
+
 def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
              node: str = "") -> TaskEnd:
     """The record of a task whose container YARN ended before its launcher reported,

@@ -31,6 +31,7 @@ from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import (
     PERMANENT,
+    docker_gpu_end,
     memory_end,
     memory_flag_for,
     stderr_excerpt,
@@ -493,7 +494,10 @@ class Launcher:
         if code and slot.pumps and slot.pumps[1].noticed and self.login is None:
             record = token_end(record)
         if slot.container:  # the daemon's child, not ours: removed here, whatever ended it
-            if code and docker.oom_killed(slot.container):
+            no_gpu = docker_gpu_end(record, len(slot.gpus), slot.addr.rsplit(":", 1)[0])
+            if no_gpu is not None:
+                record = no_gpu
+            elif code and docker.oom_killed(slot.container):
                 mb = self.args.memory_of(slot.task)
                 record = memory_end(record, memory_flag_for(slot.task.type), mb,
                                     mb // len(self.args.tasks))
