@@ -20,6 +20,7 @@ FLAG_SETS = [  # what users type, across app types and the flags a file must car
          worker_memory="1500", env=("A=1", "B=x=y"), timeout="60", queue="q", tags=("t1",),
          wait_time="3", heartbeat_timeout="45", am_memory="2048", am_vcores="2"),
     dict(kind="tensorflow-worker", workers="4", worker_gpus="1", workers_per_gpu="2",
+         gpu_memory_fraction="0.3",
          max_restarts="2", restart_on="any", checkpoint_dir="ckpt", model_dir="out/model",
          files="data,train.py"),
     dict(kind="pytorch", workers="2", procs_per_node="2", python="/opt/py/bin/python3",
