@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -132,6 +133,43 @@ def test_three_workers_take_all_three_gpus_and_a_fourth_waits_saying_why(apps, t
     release.write_text("")
     assert a_proc.wait(timeout=300) == 0, (tmp_path / "a.err").read_text()
     assert b_proc.wait(timeout=300) == 0, (tmp_path / "b.err").read_text()
+
+
+def test_a_partial_gang_says_what_it_waits_for_and_gives_back(apps, tmp_path):
+    """B is given one of its two GPU containers (A holds two of the three GPUs): it says
+    which resource it waits for and who holds it, itself included, and gives back what it
+    holds after --gang-patience (#26), asking again, until A ends."""
+    release = tmp_path / "release"
+    hold = py(f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.2)")
+    a_proc, a_id = background(el_submit_cli("-t", "tensorflow-worker", "-wn", "2", "-wg", "1",
+                                            "-wm", "1000", "-c", hold),
+                              tmp_path, apps, tmp_path / "a.err")
+    wait_until(lambda: app_usage(a_id) == (3, 2), 300, "A's two GPU workers running")
+    b_proc, b_id = background(el_submit_cli("-t", "tensorflow-worker", "-wn", "2", "-wg", "1",
+                                            "-wm", "1000", "--gang-patience", "10", "-c",
+                                            "true"),
+                              tmp_path, apps, tmp_path / "b.err")
+    why = re.compile(rf"worker:[01] waits for 1 GPU: the cluster has 3, 0 free, 3 held by "
+                     rf"{a_id} \(2\), {b_id} \(1, this job\)")
+    wait_until(lambda: why.search((tmp_path / "b.err").read_text()), 120, why.pattern)
+    gave_back = re.compile(r"the gang was given 1 of 2 containers and nothing more for \d+ s "
+                           r"\(another job or queue holds the rest\): giving them back")
+    wait_until(lambda: gave_back.search((tmp_path / "b.err").read_text()), 120,
+               gave_back.pattern)
+    release.write_text("")
+    assert a_proc.wait(timeout=300) == 0, (tmp_path / "a.err").read_text()
+    assert b_proc.wait(timeout=300) == 0, (tmp_path / "b.err").read_text()
+
+
+def test_yarn_lists_each_nodes_gpus_as_configured():
+    out = subprocess.run(["yarn", "node", "-list", "-showDetails"], capture_output=True,
+                         text=True, timeout=120).stdout
+    blocks = {b.split()[0]: b for b in re.split(r"\n\s*(?=127\.0\.0\.\d:8041)", out)
+              if b.strip().startswith("127.")}
+    assert "Configured Resources : <memory:4096, vCores:4, yarn.io/gpu: 2>" in blocks[
+        "127.0.0.1:8041"], out
+    assert "yarn.io/gpu: 1>" in blocks["127.0.0.2:8041"], out
+    assert "yarn.io/gpu" not in blocks["127.0.0.3:8041"], out
 
 
 def test_wnpg_puts_two_workers_on_one_gpu_each_capped(el_submit):

@@ -89,6 +89,33 @@ def test_three_nodes_get_their_own_addresses_dirs_and_a_third_of_the_cluster(tmp
     assert bad.returncode == 1 and "SANDBOX_NODES=12" in bad.stderr
 
 
+def test_three_nodes_get_2_1_0_gpus_from_yarns_plugin_and_a_fake_nvidia_smi(tmp_path, sandbox):
+    env = {"TFYARN_SANDBOX": str(tmp_path / "sb"), "SANDBOX_NODES": "3"}
+    conf = Path(sandbox_cmd("config", env=env).stdout.strip())
+    assert props(conf / "resource-types.xml")["yarn.resource-types"] == "yarn.io/gpu"
+    for i, count in ((1, 2), (2, 1), (3, 0)):
+        home = tmp_path / "sb" / "nodes" / str(i)
+        yarn = props(home / "conf" / "yarn-site.xml")
+        assert (home / "conf" / "resource-types.xml").resolve() == conf / "resource-types.xml"
+        if not count:  # a CPU node runs no GPU plugin
+            assert "yarn.nodemanager.resource-plugins" not in yarn
+            assert not (home / "gpu").exists()
+            continue
+        assert yarn["yarn.nodemanager.resource-plugins"] == "yarn.io/gpu"
+        smi_dir = yarn["yarn.nodemanager.resource-plugins.gpu.path-to-discovery-executables"]
+        assert smi_dir == str(home / "gpu")  # a dir: Hadoop 3.3.6 refuses a file's path
+        xml = subprocess.run([f"{smi_dir}/nvidia-smi", "-x", "-q"], capture_output=True,
+                             text=True, check=True).stdout
+        gpus = ET.fromstring(xml.split("\n", 2)[2]).findall("gpu")  # after the DOCTYPE
+        assert [g.findtext("minor_number") for g in gpus] == [str(m) for m in range(count)]
+    mine = sandbox_cmd("config", env={**env, "SANDBOX_GPUS": "0,0,4"})
+    assert mine.returncode == 0
+    assert props(tmp_path / "sb" / "nodes" / "3" / "conf" / "yarn-site.xml")[
+        "yarn.nodemanager.resource-plugins"] == "yarn.io/gpu"
+    bad = sandbox_cmd("config", env={**env, "SANDBOX_GPUS": "2,1"})
+    assert bad.returncode == 1 and "SANDBOX_GPUS=2,1: give one GPU count per node (3)" in bad.stderr
+
+
 def test_a_second_start_says_already_running(sandbox):
     out = sandbox_cmd("start")
     assert out.returncode == 0, out.stderr

@@ -207,7 +207,7 @@ def waiting_for(missing: Sequence[Ask], nodes: Sequence[Node], holders: Sequence
         by = sorted(((getattr(h.held, attr), h.app_id) for h in holders
                      if getattr(h.held, attr) > 0), key=lambda t: (-t[0], t[1]))
         held = sum(n for n, _ in by)
-        who = ", ".join(f"{app}{' (this job)' if app == own_app else ''} ({n})"
+        who = ", ".join(f"{app} ({n}{', this job' if app == own_app else ''})"
                         for n, app in by)
         name = unit if unit != "GPU" else ("GPU" if want == 1 else "GPUs")
         more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
