@@ -302,8 +302,10 @@ def test_the_jobs_containers_as_asks(tmp_path):
                                           Role("worker", 2, Resources(2000, 1, 1))), "true")
     got = [(a.name, a.amount.gpus, a.memory_flag, a.vcores_flag)
            for a in capacity.asks_of(spec)]
-    assert got == [("ps:0", 0, "-pm", "-pc"), ("worker:0", 1, "-wm", "-wc"),
+    assert got == [("the ApplicationMaster", 0, "--am-memory", "--am-vcores"),
+                   ("ps:0", 0, "-pm", "-pc"), ("worker:0", 1, "-wm", "-wc"),
                    ("worker:1", 1, "-wm", "-wc")]
+    assert [a.name for a in capacity.asks_of(spec, ["worker-1"])] == ["worker:1"]
 
 
 # ---------------------------------------------------------------- workers sharing a card

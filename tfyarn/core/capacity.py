@@ -61,10 +61,13 @@ class Ask:
 
 
 def asks_of(spec: JobSpec, names: Iterable[str] | None = None) -> list[Ask]:
-    """The containers `spec` asks YARN for (those named, else all), as asks with the
-    el_submit flags that size them (-pm/-pc for ps, -wm/-wc/-wg for the rest)."""
+    """The containers `spec` asks YARN for (those named; else all, its ApplicationMaster
+    first), as asks with the el_submit flags that size them (-pm/-pc for ps,
+    -wm/-wc/-wg for the rest, --am-memory/--am-vcores)."""
     wanted = None if names is None else set(names)
-    out = []
+    out = [] if wanted is not None else [
+        Ask("the ApplicationMaster", Amount(spec.yarn.am_memory_mb, spec.yarn.am_vcores),
+            "--am-memory", "--am-vcores", "-wg")]
     for c in spec.containers():
         if wanted is not None and c.name not in wanted:
             continue
