@@ -537,3 +537,22 @@ def test_history_with_spnego_shows_each_viewer_what_the_view_acl_admits(tmp_path
     finally:
         server.terminate()
         server.communicate(timeout=60)
+
+
+def test_a_gpu_containers_launcher_asks_its_nodemanager_over_spnego():
+    """#43: a launcher reads its NodeManager's GPU page for the devices YARN assigned. The
+    NM asks for SPNEGO: a --keytab job's launcher has a login and gets the answer (the
+    sandbox isolates nothing, and says so); a ticket-cache job's has none, and its log
+    says what to pass. Both run on the GPU their container was given."""
+    keytab = ("--principal", os.environ["SANDBOX_PRINCIPAL"], "--keytab",
+              os.environ["SANDBOX_KEYTAB"])
+    for login, said in ((keytab, "isolates no GPU (its NodeManager assigns devices to no "
+                                 "container)"),
+                        ((), "asks for a Kerberos login (SPNEGO) and this container has "
+                             "none: submit with --keytab to give it one")):
+        out, app_id = submit("-t", "tensorflow-worker", "-wn", "1", "-wg", "1", *SMALL,
+                             *login, "-c", 'echo "CUDA=$CUDA_VISIBLE_DEVICES"')
+        assert out.returncode == 0, out.stderr
+        logs = aggregated_logs(app_id, "worker:0")
+        assert "1 GPU asked, YARN did not say which: using CUDA_VISIBLE_DEVICES=0" in logs
+        assert said in logs and "CUDA=0" in logs, logs

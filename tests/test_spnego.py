@@ -146,5 +146,7 @@ def test_a_keytab_without_the_principal_is_refused_naming_both():
     login = spnego.Negotiator("bob@TFYARN.TEST", keytab)
     with pytest.raises(spnego.NegotiateRefused) as err:
         login.header("127.0.0.1")
-    assert f"Kerberos login of bob@TFYARN.TEST with --keytab {keytab} failed" in str(err.value)
+    assert str(err.value).startswith(
+        f"Kerberos refused --principal bob@TFYARN.TEST with --keytab {keytab} (")
+    assert "pass the keytab made for it" in str(err.value)
 

@@ -196,10 +196,12 @@ class Negotiator:
 
     def _refusal(self, host: str, words: str) -> str:
         where = f" to {host}" if host else ""
-        if self.keytab:
-            return (f"Kerberos login of {self.principal} with --keytab {self.keytab} "
-                    f"failed{where} ({words}); pass the keytab made for {self.principal} "
-                    "(klist -kt KEYTAB lists its principals)")
+        if self.keytab:  # as skein's driver says it (skeinclient): the same login, refused
+            return (f"Kerberos refused --principal {self.principal} with --keytab "
+                    f"{self.keytab}{where} ({words}): the keytab holds no current key for "
+                    f"{self.principal}; pass the keytab made for it (klist -kt KEYTAB lists "
+                    f"its principals), get a fresh one, or kinit {self.principal} and drop "
+                    "--principal/--keytab")
         return (f"no usable Kerberos ticket for SPNEGO{where} ({words}): run kinit "
                 "YOU@REALM (or kinit -kt KEYTAB YOU@REALM), or pass --principal and --keytab")
 
