@@ -113,13 +113,22 @@ def test_the_seed_command_verbatim_trains_with_one_gpu_for_its_worker(apps, tmp_
         "127.0.0.1 isolates no GPU" in logs or "(node 127.0.0.2 isolates no GPU" in logs
 
 
-def test_three_workers_take_all_three_gpus_and_a_fourth_waits_saying_why(apps, tmp_path):
+def holding(workers: int, apps: list[str], tmp_path: Path) -> tuple[
+        subprocess.Popen, str, Path]:
+    """Job A: `workers` one-GPU workers that hold their GPUs until the returned file is
+    made; once the RM says they all run."""
     release = tmp_path / "release"
     hold = py(f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.2)")
-    a_proc, a_id = background(el_submit_cli("-t", "tensorflow-worker", "-wn", "3", "-wg", "1",
-                                            "-wm", "1000", "-c", hold),
+    a_proc, a_id = background(el_submit_cli("-t", "tensorflow-worker", "-wn", str(workers),
+                                            "-wg", "1", "-wm", "1000", "-c", hold),
                               tmp_path, apps, tmp_path / "a.err")
-    wait_until(lambda: app_usage(a_id) == (4, 3), 300, "A's three GPU workers running")
+    wait_until(lambda: app_usage(a_id) == (workers + 1, workers), 300,
+               f"A's {workers} GPU workers running")
+    return a_proc, a_id, release
+
+
+def test_three_workers_take_all_three_gpus_and_a_fourth_waits_saying_why(apps, tmp_path):
+    a_proc, a_id, release = holding(3, apps, tmp_path)
     assert node_gpus() == GPUS  # every GPU of every node, none asked of the CPU node
     b_proc, b_id = background(el_submit_cli("-t", "tensorflow-worker", "-wn", "1", "-wg", "1",
                                             "-wm", "1000", "-c", "true"),
@@ -139,12 +148,7 @@ def test_a_partial_gang_says_what_it_waits_for_and_gives_back(apps, tmp_path):
     """B is given one of its two GPU containers (A holds two of the three GPUs): it says
     which resource it waits for and who holds it, itself included, and gives back what it
     holds after --gang-patience (#26), asking again, until A ends."""
-    release = tmp_path / "release"
-    hold = py(f"import os, time\nwhile not os.path.exists({str(release)!r}): time.sleep(0.2)")
-    a_proc, a_id = background(el_submit_cli("-t", "tensorflow-worker", "-wn", "2", "-wg", "1",
-                                            "-wm", "1000", "-c", hold),
-                              tmp_path, apps, tmp_path / "a.err")
-    wait_until(lambda: app_usage(a_id) == (3, 2), 300, "A's two GPU workers running")
+    a_proc, a_id, release = holding(2, apps, tmp_path)
     b_proc, b_id = background(el_submit_cli("-t", "tensorflow-worker", "-wn", "2", "-wg", "1",
                                             "-wm", "1000", "--gang-patience", "10", "-c",
                                             "true"),
