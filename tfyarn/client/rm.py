@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tfyarn.core import capacity
 from tfyarn.core.timing import REST_TIMEOUT_S
 from tfyarn.hdfs import spnego
 from tfyarn.hdfs.siteconf import expand, read_site
@@ -114,13 +115,5 @@ class RestClient:
 def max_allocation_mb(scheduler: Mapping[str, Any], queue: str) -> int | None:
     """A queue's `maximumAllocation` memory in a `/ws/v1/cluster/scheduler` answer,
     found by its name or path (`default`, `root.default`)."""
-    info = (scheduler.get("scheduler") or {}).get("schedulerInfo") or {}
-    stack = [info]
-    while stack:
-        q = stack.pop()
-        name = q.get("queueName") or ""
-        if name and name == queue.rsplit(".", 1)[-1]:
-            mb = (q.get("maximumAllocation") or {}).get("memory")
-            return int(mb) if isinstance(mb, int) and mb > 0 else None
-        stack.extend(((q.get("queues") or {}).get("queue")) or [])
-    return None
+    most = capacity.queue_maximum(scheduler, queue)
+    return most.memory_mb if most is not None and most.memory_mb > 0 else None

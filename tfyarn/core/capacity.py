@@ -166,7 +166,6 @@ class Holder:
     """An application holding resources (from `/ws/v1/cluster/apps`)."""
 
     app_id: str
-    queue: str
     held: Amount
 
 
@@ -181,7 +180,7 @@ def holders_of(answer: Mapping[str, Any]) -> list[Holder]:
         used = [amount_of(p.get("used")) for p in parts]
         held = Amount(sum(u.memory_mb for u in used), sum(u.vcores for u in used),
                       sum(u.gpus for u in used))
-        out.append(Holder(str(app.get("id")), str(app.get("queue") or ""), held))
+        out.append(Holder(str(app.get("id")), held))
     return out
 
 
