@@ -2,10 +2,11 @@
 # # Census from a notebook, through tfyarn's Python API
 #
 # The cells of a Jupyter notebook on the cluster's gateway, kept as a script (`# %%`
-# cells: VS Code and Jupytext open it as a notebook; `python census_api.py` runs it).
-# It submits the census example (`examples/census`), follows its output, waits for the
-# outcome and reads the accuracy from the logs. `--yarn` submits to the cluster that
-# HADOOP_CONF_DIR names; without it the job runs locally (`local=True`).
+# cells): VS Code and Jupytext open it as a notebook (`jupytext --to ipynb
+# census_api.py`), and `python census_api.py` runs it. It submits the census example
+# (`examples/census`), follows its output, waits for the outcome and reads the accuracy
+# from the logs. It runs the job locally (`local=True`); to submit it to the cluster that
+# HADOOP_CONF_DIR names, pass `--yarn` to the script or set CENSUS_ON_YARN=1.
 
 # %%
 import os
@@ -14,8 +15,12 @@ from pathlib import Path
 
 import tfyarn
 
-CENSUS = Path(__file__).resolve().parent.parent / "census"
-ON_YARN = "--yarn" in sys.argv
+# a script knows its file; a notebook's kernel starts in the notebook's dir, and its
+# sys.argv is the kernel's own
+SCRIPT = globals().get("__file__")
+HERE = Path(SCRIPT).resolve().parent if SCRIPT else Path.cwd()
+CENSUS = HERE.parent / "census"
+ON_YARN = os.environ.get("CENSUS_ON_YARN") == "1" or (SCRIPT is not None and "--yarn" in sys.argv)
 EPOCHS = os.environ.get("CENSUS_EPOCHS", "2")
 
 # %% submit: el_submit's options by their Python names

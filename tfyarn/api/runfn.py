@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
+import pickle
 import shutil
 import site
 import sys
@@ -24,6 +25,7 @@ from typing import Any
 
 from tfyarn.core.errors import JobFailed, SpecError
 from tfyarn.core.records import Outcome
+from tfyarn.core.settings import Settings
 
 PAYLOAD = "tfyarn-call.pkl"
 COMMAND = f'"${{TFYARN_PYTHON:-python3}}" -m tfyarn.runtime.callfn {PAYLOAD}'
@@ -45,16 +47,28 @@ def run(fn: Any, *args: Any, local: bool = False, kwargs: Mapping[str, Any] | No
     if "command" in options:
         raise SpecError("command: tfyarn.run runs the function; use tfyarn.submit for a "
                         "command")
+    if not callable(fn):
+        raise SpecError(f"fn: tfyarn.run calls a function on every task; {fn!r} (a "
+                        f"{type(fn).__name__}) is not callable: pass the function itself, "
+                        "e.g. tfyarn.run(train, ...)")
     options.setdefault("exit_ps", True)
-    options.update(_environment(environment, options))
-    work = tempfile.mkdtemp(prefix="tfyarn-run-")
+    settings = Settings.from_environ()  # once, for this call
+    work = tempfile.mkdtemp(prefix="tfyarn-run-", dir=settings.tmpdir)
     try:
         path = os.path.join(work, PAYLOAD)
         with open(path, "wb") as f, _by_value(fn):
-            cloudpickle.dump((fn, args, dict(kwargs or {})), f)
+            try:
+                cloudpickle.dump((fn, args, dict(kwargs or {})), f)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                raise SpecError(f"fn: {getattr(fn, '__name__', fn)!s} or its arguments cannot "
+                                f"be sent to the tasks ({exc}); define what it uses inside "
+                                "it, or pass plain values (paths, numbers) instead of "
+                                "open files, locks or sessions") from None
+        options.update(_environment(environment, options, settings))
         files = options.pop("files", None) or []
         files = [files] if isinstance(files, str | os.PathLike) else list(files)
-        with submit(local=local, command=COMMAND, files=[*files, path], **options) as job:
+        with submit(local=local, command=COMMAND, files=[*files, path], settings=settings,
+                    **options) as job:
             try:
                 outcome = job.wait()
             except JobFailed as failed:
@@ -86,7 +100,8 @@ def _by_value(fn: Any) -> Iterator[None]:
         cloudpickle.unregister_pickle_by_value(module)
 
 
-def _environment(environment: str, options: Mapping[str, Any]) -> dict[str, Any]:
+def _environment(environment: str, options: Mapping[str, Any],
+                 settings: Settings) -> dict[str, Any]:
     """The options that ship `environment`."""
     if environment == "cluster":
         return {}
@@ -96,9 +111,8 @@ def _environment(environment: str, options: Mapping[str, Any]) -> dict[str, Any]
         raise SpecError("environment='current' ships this env as -m virtual-env: drop mode "
                         "and mode_arg")
     from tfyarn.api import packenv
-    from tfyarn.core.settings import Settings
 
-    return {"mode": "virtual-env", "mode_arg": packenv.current(Settings.from_environ())}
+    return {"mode": "virtual-env", "mode_arg": packenv.current(settings)}
 
 
 def _decoded(text: str) -> tuple[bool, Any]:
