@@ -217,3 +217,25 @@ def test_private_dir_makes_0700_tightens_hdfs_default_and_keeps_a_chosen_mode(re
     client.makedirs(f"{base}/shared", permission="750")
     assert webhdfs.private_dir(client, f"{base}/shared") == ""
     assert client.status(f"{base}/shared")["permission"] == "750"
+
+
+KERBEROS = {"hadoop.security.authentication": "kerberos"}
+
+
+@pytest.mark.parametrize("url, site, spnego, tf, web, how", [
+    ("/data/x", {}, False, (), ("hdfs",), "file"),
+    ("file:///data/x", KERBEROS, True, ("file", "hdfs"), ("hdfs",), "file"),
+    ("hdfs://nn/x", {}, True, ("hdfs",), ("hdfs",), "tensorflow"),  # a task with the plugin
+    ("hdfs://nn/x", {}, False, (), ("hdfs",), "webhdfs"),  # simple auth: no login needed
+    ("viewfs://c/x", {}, False, (), ("hdfs", "viewfs"), "webhdfs"),
+    ("viewfs://c/x", {}, False, (), ("hdfs",), "hadoop"),  # Spark's executors: hdfs only
+    ("hdfs://nn/x", KERBEROS, True, (), ("hdfs",), "webhdfs"),  # a gateway's SPNEGO login
+    ("hdfs://nn/x", KERBEROS, False, (), ("hdfs",), "hadoop"),  # a container's tokens
+    ("hdfs://nn/x", {"dfs.webhdfs.enabled": "false"}, True, (), ("hdfs",), "hadoop"),
+    ("s3a://bucket/x", {}, True, (), ("hdfs",), "hadoop"),
+])
+def test_one_decision_says_how_each_process_reaches_a_filesystem(url, site, spnego, tf, web,
+                                                                  how):
+    from tfyarn.hdfs.siteconf import route
+
+    assert route(url, site, spnego, tf, web) == how

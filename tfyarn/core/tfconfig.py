@@ -80,6 +80,19 @@ def tf_config(cluster: Mapping[str, Sequence[str]], task: Task) -> str:
     return json.dumps({"cluster": dict(cluster), "task": {"type": task.type, "index": task.index}})
 
 
+def parse_tf_config(text: str | None) -> tuple[dict[str, list[str]], Task | None]:
+    """`tf_config`'s inverse: the cluster and this task of a TF_CONFIG value (empty and
+    None where it is unset or has no task); ValueError where it is not TF_CONFIG."""
+    config = json.loads(text) if text else {}
+    if not isinstance(config, dict):
+        raise ValueError(f"TF_CONFIG is not a JSON object: {text!r}")
+    cluster = {str(k): [str(a) for a in v] for k, v in (config.get("cluster") or {}).items()}
+    task = config.get("task") or {}
+    if not task.get("type"):
+        return cluster, None
+    return cluster, Task(str(task["type"]), int(task.get("index", 0)))
+
+
 def identity_env(task: Task, job_id: str, num_tasks: int) -> dict[str, str]:
     """What every task's process learns about itself, whatever the app type."""
     return {"TFYARN_TASK_TYPE": task.type, "TFYARN_TASK_INDEX": str(task.index),

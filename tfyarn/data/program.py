@@ -14,7 +14,6 @@ Must not import Spark or TensorFlow: a task gets them only if the user's code do
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tfyarn.core.errors import SpecError
+from tfyarn.core.tfconfig import parse_tf_config
 from tfyarn.data import read
 from tfyarn.data.manifest import Manifest
 
@@ -58,9 +58,10 @@ class Context:
     @classmethod
     def from_environ(cls, env: Mapping[str, str] | None = None) -> Context:
         e = os.environ if env is None else env
-        task = json.loads(e.get("TF_CONFIG") or "{}").get("task", {})
+        _, task = parse_tf_config(e.get("TF_CONFIG"))
         paths = read.data_paths(e)
-        return cls(task.get("type", "worker"), int(task.get("index", e.get("RANK", 0))),
+        return cls(task.type if task else "worker",
+                   task.index if task else int(e.get("RANK", 0)),
                    {p.rstrip("/").rsplit("/", 1)[-1]: p for p in paths},
                    e.get("TFYARN_MODEL_DIR") or None, e.get("TFYARN_CHECKPOINT_DIR") or None,
                    int(e.get("TFYARN_ATTEMPT", 0)))

@@ -20,7 +20,6 @@ Must not read a shard another task reads, nor skip one: the split is the manifes
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import time
@@ -29,13 +28,14 @@ from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
 from tfyarn.core.errors import SpecError, TfYarnError
+from tfyarn.core.tfconfig import Task, parse_tf_config
+from tfyarn.core.timing import STREAM_STALL_S
 from tfyarn.data import example as ex
 from tfyarn.data.manifest import NAME, Manifest, Shard, split
 
 DATA_VAR = "TFYARN_DATA"  # the job's --data paths, comma-separated
 SCHEMA_VAR = "TFYARN_DATA_SCHEMA"  # the first one's columns (JSON)
 FOLLOW_VAR = "TFYARN_DATA_FOLLOW_S"  # a streamed dataset that grows not for this long fails
-FOLLOW_S = 900.0
 POLL_S = 0.25  # a streamed dataset's manifest, looked at this often while waiting
 CHUNK_BYTES = 8 << 20  # TFRecord bytes the C decoder is given at once
 ROWS_AT_ONCE = 4096  # rows() decodes this many at a time
@@ -57,15 +57,13 @@ def reader(input_context: Any = None, env: Mapping[str, str] | None = None) -> t
         return int(input_context.input_pipeline_id), int(input_context.num_input_pipelines)
     if e.get("RANK") and e.get("WORLD_SIZE"):
         return int(e["RANK"]), int(e["WORLD_SIZE"])
-    if e.get("TF_CONFIG"):
-        config = json.loads(e["TF_CONFIG"])
-        cluster, task = config.get("cluster", {}), config.get("task", {})
-        readers = [("chief", i) for i in range(len(cluster.get("chief", [])))] + \
-                  [("worker", i) for i in range(len(cluster.get("worker", [])))]
-        me = (task.get("type"), int(task.get("index", 0)))
+    cluster, me = parse_tf_config(e.get("TF_CONFIG"))
+    if me is not None:
+        readers = [Task(kind, i) for kind in ("chief", "worker")
+                   for i in range(len(cluster.get(kind, [])))]
         if me not in readers:
-            raise SpecError(f"{me[0]}:{me[1]} reads no data (only the chief and the workers "
-                            "do); call tfyarn.data.dataset in them")
+            raise SpecError(f"{me} reads no data (only the chief and the workers do); call "
+                            "tfyarn.data.dataset in them")
         return readers.index(me), len(readers)
     return 0, 1
 
@@ -78,42 +76,47 @@ def open_file(url: str, login: Any = None) -> Iterator[IO[bytes]]:
     (a gateway: the ticket cache, or `login`, a `spnego.Negotiator`); else (s3a://,
     gs://..., a YARN container's delegation tokens, WebHDFS off) through Hadoop's own
     client."""
-    if "://" not in url or url.startswith("file://"):
+    from tfyarn.core.settings import Settings
+    from tfyarn.hdfs import siteconf
+
+    settings = Settings.from_environ()
+    conf_dir = settings.conf_dir()
+    site: dict[str, str] = {}
+    for name in ("core-site.xml", "hdfs-site.xml") if conf_dir and "://" in url else ():
+        site.update(siteconf.read_site(os.path.join(conf_dir, name)))
+    # a gateway signs in itself (ticket cache, keytab); a container has tokens only
+    how = siteconf.route(url, site, spnego=settings.token_file is None,
+                         tf_schemes=_tf_schemes())
+    if how == "file":
         with open(url.removeprefix("file://"), "rb") as f:
             yield f
-    elif _tf_reads(url):
+    elif how == "tensorflow":
         import tensorflow as tf
 
         with tf.io.gfile.GFile(url, "rb") as f:
             yield f
+    elif how == "webhdfs":
+        from tfyarn.hdfs import webhdfs
+
+        with webhdfs.open_range(url, conf_dir, settings.user, login=login) as f:
+            yield f
     else:
-        from tfyarn.core.settings import Settings
-        from tfyarn.hdfs import jni, siteconf, webhdfs
+        from tfyarn.hdfs import jni
 
-        settings = Settings.from_environ()
-        conf_dir = settings.conf_dir()
-        site = {}
-        for name in ("core-site.xml", "hdfs-site.xml") if conf_dir else ():
-            site.update(siteconf.read_site(os.path.join(conf_dir, name)))
         simple = site.get("hadoop.security.authentication", "simple").lower() == "simple"
-        web_on = site.get("dfs.webhdfs.enabled", "true").lower() == "true"
-        web = simple or settings.token_file is None
-        if web and web_on and url.split("://", 1)[0] in ("hdfs", "viewfs"):
-            with webhdfs.open_range(url, conf_dir, settings.user, login=login) as f:
-                yield f
-        else:
-            fs = jni.filesystem(url, settings.user if simple else None)
-            with fs.open_input_file(urllib.parse.urlparse(url).path) as f:
-                yield f
+        fs = jni.filesystem(url, settings.user if simple else None)
+        with fs.open_input_file(urllib.parse.urlparse(url).path) as f:
+            yield f
 
 
-def _tf_reads(url: str) -> bool:
-    """TensorFlow is loaded and reads this scheme (in a task: tfyarn's hdfs:// plugin)."""
+def _tf_schemes() -> tuple[str, ...]:
+    """The schemes TensorFlow reads, where it is loaded (in a task: tfyarn's hdfs://
+    plugin); none where it is not (loading it is not this module's to do)."""
     if "tensorflow" not in sys.modules:
-        return False
+        return ()
     import tensorflow as tf
 
-    return url.split("://", 1)[0] in tf.io.gfile.get_registered_schemes()
+    return tuple(tf.io.gfile.get_registered_schemes())
 
 
 def manifest(path: str, login: Any = None) -> Manifest:
@@ -130,14 +133,14 @@ def manifest(path: str, login: Any = None) -> Manifest:
     return Manifest.from_json(text.decode() if isinstance(text, bytes) else text, where)
 
 
-class Follower:
+class StreamShare:
     """A reader's share of a streamed dataset, as it grows: `nth(k)` waits until the
     share's k-th shard is committed (None once the manifest is sealed without it)."""
 
     def __init__(self, path: str, index: int, readers: int,
                  env: Mapping[str, str] | None = None) -> None:
         self.path, self.index, self.readers = path, index, readers
-        self.limit = float((os.environ if env is None else env).get(FOLLOW_VAR, FOLLOW_S))
+        self.limit = float((os.environ if env is None else env).get(FOLLOW_VAR, STREAM_STALL_S))
         self.known: list[Shard] = []
         self.sealed = False
 
@@ -171,12 +174,12 @@ class Follower:
 
 
 def _files(path: str, me: tuple[int, int]) -> tuple[Manifest, Any]:
-    """The files of reader `me` (index, readers): a list, or (streamed) a Follower of
+    """The files of reader `me` (index, readers): a list, or (streamed) a StreamShare of
     shards."""
     m = manifest(path)
     index, readers = me
     if m.streamed:
-        return m, Follower(path, index, readers)
+        return m, StreamShare(path, index, readers)
     if len(m.shards) < readers:
         raise SpecError(f"{path} has {len(m.shards)} shards for {readers} readers; rewrite it "
                         f"with shards={readers} or more")
@@ -195,7 +198,7 @@ def dataset(path: str | None = None, batch_size: int | None = None, *,
         return _parquet_dataset(tf, m, files, batch_size)
     spec = {c.name: _feature_spec(tf, c) for c in m.columns}
     if not isinstance(files, list):  # streamed: in the caller's thread, nothing ahead
-        ds = _followed(tf, path, files)
+        ds = _streamed(tf, path, files)
         return ds.batch(batch_size).map(lambda b: tf.io.parse_example(b, spec)) \
             if batch_size else ds.map(lambda r: tf.io.parse_single_example(r, spec))
     ds = tf.data.TFRecordDataset(files)
@@ -208,7 +211,7 @@ def dataset(path: str | None = None, batch_size: int | None = None, *,
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def _followed(tf: Any, path: str, follower: Follower) -> Any:
+def _streamed(tf: Any, path: str, share: StreamShare) -> Any:
     """The records of a growing share: file k of the share (waited for) is a pure function
     of k, so the pipeline's state is the file index and the offset in it, which a
     `tf.train.Checkpoint` saves (the wait is external state it may ignore). Nothing reads
@@ -217,7 +220,7 @@ def _followed(tf: Any, path: str, follower: Follower) -> Any:
     root = path.rstrip("/")
 
     def nth(k: Any) -> bytes:
-        shard = follower.nth(int(k))
+        shard = share.nth(int(k))
         return b"" if shard is None else f"{root}/{shard.file}".encode()
 
     names = tf.data.Dataset.range(1 << 62).map(

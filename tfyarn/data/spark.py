@@ -27,6 +27,7 @@ thread of the driver adds each new shard to a growing manifest, so readers start
 the last task ends. The end seals the manifest; a failure writes Spark's reason into it,
 which every following reader raises.
 Must not leave a dataset half-written under its name: the manifest is the commit point.
+Long because both formats, the commit and the streamed manifest share one write path.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from tfyarn.core.errors import SpecError
 from tfyarn.data import columnar
 from tfyarn.data import example as ex
 from tfyarn.data.manifest import FORMATS, NAME, STREAMED, Column, Manifest, Shard
+from tfyarn.hdfs import siteconf
 
 GENERATION_PREFIX = ".tfyarn-"
 POLL_S = 0.25  # the driver looks for newly claimed shards this often
@@ -155,7 +157,7 @@ class Stream:
         writer = _partition_writer(self.grower.start.columns, f"{target}/{self.generation}",
                                    _sink(self.parts.sparkSession, target), done)
         stop = threading.Event()
-        follower = threading.Thread(target=self.grower.follow, args=(stop,), daemon=True,
+        follower = threading.Thread(target=self.grower.watch, args=(stop,), daemon=True,
                                     name="tfyarn-manifest")
         follower.start()
         try:
@@ -200,13 +202,16 @@ def _sink(spark: Any, root: str) -> tuple[str, str | None, str | None]:
     ("hadoop", root, user or None under Kerberos): Hadoop's own client through libhdfs,
     for any filesystem."""
     parsed = urllib.parse.urlparse(root)
-    if parsed.scheme == "file":
-        return "file", None, None
     conf = spark._jsc.hadoopConfiguration()
-    simple = (conf.get("hadoop.security.authentication") or "simple").lower() == "simple"
+    site = {k: conf.get(k) or "" for k in ("hadoop.security.authentication",
+                                           "dfs.webhdfs.enabled") if conf.get(k)}
+    # executors have no Kerberos login of their own; the WebHDFS URL is the NameNode's
+    how = siteconf.route(root, site, spnego=False, web_schemes=("hdfs",))
+    if how == "file":
+        return "file", None, None
+    simple = site.get("hadoop.security.authentication", "simple").lower() == "simple"
     user = spark.sparkContext.sparkUser() if simple else None
-    web_on = (conf.get("dfs.webhdfs.enabled") or "true").lower() == "true"
-    if parsed.scheme != "hdfs" or not simple or not web_on:
+    if how != "webhdfs":
         return "hadoop", root, user
     port = (conf.get("dfs.namenode.http-address") or ":9870").rsplit(":", 1)[1]
     return "webhdfs", f"http://{parsed.hostname}:{port}", user
@@ -291,7 +296,7 @@ class _Grower:
         self.done: Any = None  # the Spark job's accumulator, once it runs
         self.error: BaseException | None = None
 
-    def follow(self, stop: threading.Event) -> None:
+    def watch(self, stop: threading.Event) -> None:
         try:
             while not stop.wait(POLL_S):
                 self.poll()

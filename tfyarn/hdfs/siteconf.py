@@ -1,7 +1,8 @@
 """Hadoop's *-site.xml files, read the way Hadoop's client does (enough of it for tfyarn).
 
 Sits in the hdfs layer, below the client: WebHDFS, the HDFS cache and the RM REST client
-all read the same HADOOP_CONF_DIR.
+all read the same HADOOP_CONF_DIR. Owns the one decision of how a process reaches a
+Hadoop filesystem (`route`).
 Must not write the site's own configuration: amended copies only, in dirs of tfyarn's own.
 """
 
@@ -13,6 +14,25 @@ import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 
 HDFS_SITE = "hdfs-site.xml"
+WEB_SCHEMES = ("hdfs", "viewfs")  # what WebHDFS serves, given the NameNode's address
+
+
+def route(url: str, site: Mapping[str, str], spnego: bool, tf_schemes: tuple[str, ...] = (),
+          web_schemes: tuple[str, ...] = WEB_SCHEMES) -> str:
+    """How this process reaches `url`: "file" (a local path); "tensorflow" (TF is loaded
+    with a filesystem for the scheme: tfyarn's hdfs:// plugin, in a task); "webhdfs"
+    (HTTP, no Hadoop install: simple auth, or Kerberos where this process can sign in by
+    SPNEGO, when the site has WebHDFS on); else "hadoop" (Hadoop's own client, libhdfs:
+    any filesystem, a YARN container's delegation tokens). `site`: core-site and
+    hdfs-site's values."""
+    scheme = url.split("://", 1)[0] if "://" in url else "file"
+    if scheme == "file":
+        return "file"
+    if scheme in tf_schemes:
+        return "tensorflow"
+    simple = site.get("hadoop.security.authentication", "simple").lower() == "simple"
+    web_on = (site.get("dfs.webhdfs.enabled") or "true").lower() == "true"
+    return "webhdfs" if web_on and (simple or spnego) and scheme in web_schemes else "hadoop"
 
 
 def read_site(path: str) -> dict[str, str]:
