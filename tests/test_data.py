@@ -543,6 +543,7 @@ def test_tfrecord_through_hadoops_own_client_where_webhdfs_cannot_serve(spark, s
     monkeypatch.setenv("HADOOP_USER_NAME", os.environ.get("USER", "root"))
     hadoop_conf = spark.sparkContext._jsc.hadoopConfiguration()  # the driver's view
     hadoop_conf.set("dfs.webhdfs.enabled", "false")
+    environ = dict(os.environ)  # libhdfs's JVM starts in this process: it leaves no trace
     try:
         url = read_site(str(conf_dir / "core-site.xml"))["fs.defaultFS"].rstrip("/") + \
             f"/tmp/tfyarn-jni-{uuid.uuid4().hex[:8]}"
@@ -552,6 +553,7 @@ def test_tfrecord_through_hadoops_own_client_where_webhdfs_cannot_serve(spark, s
         hadoop_conf.unset("dfs.webhdfs.enabled")
     assert m.rows == 75 and read.manifest(url) == m
     assert sorted(r["id"] for r in read.rows(url)) == list(range(75))
+    assert dict(os.environ) == environ
     dfs = [f"{sandbox['HADOOP_HOME']}/bin/hdfs", "dfs"]
     shell = {**os.environ, **sandbox, "HADOOP_ROOT_LOGGER": "ERROR,console"}
     listing = subprocess.run([*dfs, "-ls", "-R", url], env=shell, capture_output=True,

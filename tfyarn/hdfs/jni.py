@@ -7,16 +7,19 @@ Hadoop's jars on CLASSPATH (`hadoop classpath --glob`: libhdfs's JVM does not ex
 wildcards), libhdfs.so, and a JVM. It mirrors what tasks get from
 `client.appspec.HADOOP_ENV`, in Python, for processes that tfyarn does not launch (Spark's
 executors).
-Must not be imported on the gateway's hot paths: it starts a JVM.
+Must not be imported on the gateway's hot paths (it starts a JVM), nor leave the process
+environment changed (libhdfs reads it only while its JVM starts).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import threading
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from tfyarn.core.errors import EnvironmentMissing
@@ -73,15 +76,40 @@ def filesystem(uri: str, user: str | None = None) -> Any:
     if key not in _FILESYSTEMS:
         from pyarrow.fs import HadoopFileSystem
 
-        if not _FILESYSTEMS:  # the JVM starts once, with the first one's environment
-            os.environ.update(client_env(os.environ))
+        # the JVM starts once, with the first one's environment
+        added = client_env(os.environ) if not _FILESYSTEMS else {}
         # "default" + fs.defaultFS: pyarrow would prefix any other host with hdfs://; an
         # hdfs:/// path (no NameNode named) is on the configuration's own fs.defaultFS
         conf = {} if parsed.scheme == "hdfs" and not parsed.netloc else {
             "fs.defaultFS": default_fs}
         try:
-            _FILESYSTEMS[key] = HadoopFileSystem("default", 0, user=user, extra_conf=conf)
+            with _environment(added):
+                _FILESYSTEMS[key] = HadoopFileSystem("default", 0, user=user, extra_conf=conf)
         except OSError as exc:
             raise HadoopClientMissing(f"Hadoop's client could not open {default_fs}: {exc} "
                                       "(its own words are on this process's stderr)") from None
     return _FILESYSTEMS[key]
+
+
+_ENV_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _environment(added: Mapping[str, str]) -> Iterator[None]:
+    """`added` in the process environment only while libhdfs loads and creates its JVM
+    (they read CLASSPATH, JAVA_HOME, ARROW_LIBHDFS_DIR from it then, and never again),
+    then everything as it was: a notebook's kernel keeps its own environment."""
+    if not added:
+        yield
+        return
+    with _ENV_LOCK:
+        before = {k: os.environ.get(k) for k in added}
+        os.environ.update(added)
+        try:
+            yield
+        finally:
+            for k, v in before.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
