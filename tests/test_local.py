@@ -62,17 +62,16 @@ def test_standalone_cluster(el_submit):
 
 FAIL_WORKER_1 = (
     'if [ "$TFYARN_TASK_TYPE:$TFYARN_TASK_INDEX" = worker:1 ]; then sleep 1; '
-    'echo "worker one is broken" >&2; exit 3; fi; trap "" TERM; sleep 60'
+    'echo "worker one is broken" >&2; exit 3; fi; trap "" TERM; sleep 300'
 )
 
 
 def test_failing_worker_fails_fast_and_leaves_nothing(el_submit):
-    start = time.monotonic()
+    # the others ignore SIGTERM and sleep 300 s: the job ends (within el_submit's 120 s)
+    # only because they were killed after the grace
     out = el_submit("-t", "tensorflow-ps", "-pn", "1", "-wn", "3", "-x", "True", "--local",
                     "-c", FAIL_WORKER_1)
-    elapsed = time.monotonic() - start
     assert out.returncode == 1, out.stderr
-    assert elapsed < 10, elapsed  # the others ignore SIGTERM: SIGKILL after the grace
     error = out.stderr[out.stderr.index("Error: "):]
     assert "worker:1 exited with code 3" in error and "worker one is broken" in error
     assert "full log: less " in error
