@@ -53,6 +53,16 @@ def test_flags_to_file_and_back_give_the_same_job(workdir, tmp_path_factory, fla
     assert jobfile.with_flags(path, {}, "/") == spec
 
 
+def test_every_flag_says_how_a_job_file_gives_it_back():
+    """One declaration per flag: each option of the table reads its value back from a
+    job (what a job file is parsed as), but the client's own, which no job keeps."""
+    from dataclasses import fields
+
+    own = {f.name for f in fields(ElSubmitArgs)
+           if "flag" in f.metadata and f.metadata.get("of") is None}
+    assert own == {"interact", "conf", "principal", "keytab"}
+
+
 def test_relative_paths_are_the_files_own_dir(workdir):
     text = yaml.safe_dump({**from_el_submit(ElSubmitArgs(command=("true",), files="train.py"),
                                             str(workdir)).describe(),

@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from tfyarn.api.options import ElSubmitArgs, from_el_submit
+from tfyarn.api.options import from_el_submit, spec_args
 from tfyarn.core.errors import SpecError
-from tfyarn.core.jobspec import ALLREDUCE, SHARED_GPU, JobSpec
+from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.redact import SHOWN
 
 DERIVED = "containers"  # printed by --dry-run for review; recomputed from the roles
@@ -56,51 +56,11 @@ def read(path: str, env_given: bool = False) -> JobSpec:
 def with_flags(path: str, given: Mapping[str, Any], cwd: str) -> JobSpec:
     """The file's job with the flags actually typed (`given`: field -> value) laid over
     it, parsed as flags: the same checks, the same errors."""
-    args = dataclasses.replace(args_of(read(path, "env" in given)), **given)
+    args = dataclasses.replace(spec_args(read(path, "env" in given)), **given)
     try:
         return from_el_submit(args, cwd)
     except SpecError as exc:
         raise SpecError(f"--job {path}: {exc}") from None
-
-
-def args_of(spec: JobSpec) -> ElSubmitArgs:
-    """The el_submit flags that give `spec` (paths absolute): the inverse of the parser."""
-    ps, workers = spec.role("ps"), [r for r in spec.roles if r.name != "ps"]
-    worker = workers[0].resources
-    k = spec.tasks_per_container
-    n = sum(r.instances for r in workers)
-    return ElSubmitArgs(
-        kind=spec.app_type, name=spec.name, mode=spec.runtime.mode,
-        mode_arg=spec.runtime.arg, exit_ps=str(spec.stop_ps_when_done),
-        enable_tensorboard=str(spec.tensorboard_dir is not None),
-        log_tensorboard=spec.tensorboard_dir, files=_files_flag(spec) or None,
-        ps=str(ps.instances) if ps else None,
-        ps_cores=str(ps.resources.vcores) if ps else None,
-        ps_memory=str(ps.resources.memory_mb) if ps else None,
-        workers=str(n // k if spec.app_type in ALLREDUCE else n),
-        worker_cores=str(worker.vcores), worker_gpus=str(worker.gpus),
-        worker_memory=str(worker.memory_mb),
-        workers_per_gpu=str(k) if spec.app_type in SHARED_GPU and k > 1 else None,
-        procs_per_node=str(k) if spec.app_type in ALLREDUCE and k > 1 else None,
-        wait_time=_whole(spec.register_timeout_s / 60), command=(spec.command,),
-        env=tuple(f"{key}={value}" for key, value in spec.env), data=spec.data,
-        timeout=_whole(spec.timeout_s) if spec.timeout_s is not None else None,
-        queue=spec.yarn.queue, python=spec.runtime.python, node_label=spec.yarn.node_label,
-        am_memory=str(spec.yarn.am_memory_mb), am_vcores=str(spec.yarn.am_vcores),
-        heartbeat_timeout=_whole(spec.heartbeat_timeout_s),
-        max_restarts=str(spec.max_restarts), restart_on=spec.restart_on,
-        memory_growth=f"{spec.memory_growth:g}" if spec.memory_growth else None,
-        stall_timeout=(_whole(spec.stall_timeout_s) if spec.stall_timeout_s is not None
-                       else None),
-        gpu_memory_fraction=(f"{spec.gpu_memory_fraction:g}"
-                             if spec.gpu_memory_fraction is not None else None),
-        gang_patience=_whole(spec.yarn.gang_patience_s),
-        checkpoint_dir=spec.checkpoint_dir, model_dir=spec.model_dir,
-        tensorboard_linger=(_whole(spec.tensorboard_linger_s / 60)
-                            if spec.tensorboard_dir is not None else None),
-        tags=spec.yarn.tags, force=spec.yarn.max_upload_mb is None,
-        view_acls=(",".join(spec.yarn.view_acls),) if spec.yarn.view_acls else (),
-        modify_acls=(",".join(spec.yarn.modify_acls),) if spec.yarn.modify_acls else ())
 
 
 def _load(path: str) -> dict:
@@ -143,7 +103,7 @@ def _absolute(data: dict, base: str) -> dict:
 def _check_derived(data: Mapping, spec: JobSpec) -> None:
     """What flags cannot say is refused by name: re-parsing the file's own flags must
     give the file's job, and `containers:` must be what the roles give."""
-    again = from_el_submit(args_of(spec), os.getcwd())
+    again = from_el_submit(spec_args(spec), os.getcwd())
     changed = [f.name for f in dataclasses.fields(JobSpec)
                if getattr(again, f.name) != getattr(spec, f.name)]
     if changed:
@@ -153,14 +113,3 @@ def _check_derived(data: Mapping, spec: JobSpec) -> None:
         raise SpecError("`containers:` does not match the roles (it is derived: "
                         "change -wn/-ppn/-wnpg's fields, roles and tasks_per_container, or "
                         "delete it)")
-
-
-def _files_flag(spec: JobSpec) -> str:
-    """`-f` for the shipped files: a dir whose contents go to the working dir is `DIR/.`."""
-    return ",".join(f.source if f.remote or f.dest else os.path.join(f.source, ".")
-                    for f in spec.files)
-
-
-def _whole(value: float) -> str:
-    """A flag that takes whole numbers; a fraction in the file is refused by the parser."""
-    return str(int(value)) if float(value).is_integer() else str(value)

@@ -3,12 +3,15 @@
 Every value is checked before anything is started: a bad one is one SpecError naming
 the flag and the fix (the CLI edge prints `Error: ...` and exits 2).
 Must not do I/O beyond checking that named paths exist: nothing is started here.
+Long because it is the one table of the submit flags, each with its parser and its
+inverse (a job file's flags): a new flag is one declaration here.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, NamedTuple
 
@@ -194,9 +197,13 @@ def parse_files(value: str | None, cwd: str) -> tuple[ShippedFile, ...]:
 # ---------------------------------------------------------------- el_submit flags -> JobSpec
 
 
-def _flag(flag: str, metavar: str, text: str, default: Any = None) -> Any:
-    """A field of ElSubmitArgs and its command-line option, declared together."""
-    return field(default=default, metadata={"flag": flag, "metavar": metavar, "help": text})
+def _flag(flag: str, metavar: str, text: str, default: Any = None,
+          of: Callable[[JobSpec], Any] | None = None) -> Any:
+    """A field of ElSubmitArgs and its command-line option, declared together; `of`: the
+    flag's value that gives a JobSpec back (what a job file is read as), None for a flag
+    no job keeps (the client's own: -interact, -conf, the login)."""
+    return field(default=default, metadata={"flag": flag, "metavar": metavar, "help": text,
+                                            "of": of})
 
 
 @dataclass(frozen=True)
@@ -207,103 +214,194 @@ class ElSubmitArgs:
     el_submit's own, double-dash ones tfyarn's extensions (they never collide)."""
 
     kind: str | None = _flag("-t", "TYPE", "tensorflow-ps | tensorflow-worker | "
-                                 "tensorflow-mpi | standalone | pytorch (default tensorflow-ps)")
-    name: str | None = _flag("-a", "NAME", "application name (default tfyarn)")
+                                 "tensorflow-mpi | standalone | pytorch (default tensorflow-ps)",
+        of=lambda s: s.app_type)
+    name: str | None = _flag("-a", "NAME", "application name (default tfyarn)",
+        of=lambda s: s.name)
     mode: str | None = _flag("-m", "MODE", "local | virtual-env (virtualenv) | docker "
-                             "(default local)")
+                             "(default local)",
+        of=lambda s: s.runtime.mode)
     mode_arg: str | None = _flag("-m_arg", "ARG", "virtual-env: packed env .tar.gz (local path "
-                                 "or hdfs://); docker: image")
+                                 "or hdfs://); docker: image",
+        of=lambda s: s.runtime.arg)
     interact: str | None = _flag("-interact", "BOOL", "YARN: follow every task's output live "
                                  "on stderr, [task]-prefixed, until the job ends (default False)")
     exit_ps: str | None = _flag("-x", "BOOL", "tensorflow-ps: stop ps and workers once the "
-                                "chief exits 0 (default False)")
+                                "chief exits 0 (default False)",
+        of=lambda s: str(s.stop_ps_when_done))
     enable_tensorboard: str | None = _flag("-enable_tensorboard", "BOOL", "run TensorBoard "
                                            "beside the job (default False; needs "
-                                           "-log_tensorboard)")
+                                           "-log_tensorboard)",
+        of=lambda s: str(s.tensorboard_dir is not None))
     log_tensorboard: str | None = _flag("-log_tensorboard", "PATH", "TensorBoard's log dir "
                                         "(local or hdfs://); every task gets it as "
-                                        "TFYARN_TENSORBOARD_DIR")
-    conf: str | None = _flag("-conf", "DIR", "Hadoop configuration dir (sets HADOOP_CONF_DIR)")
+                                        "TFYARN_TENSORBOARD_DIR",
+        of=lambda s: s.tensorboard_dir)
+    conf: str | None = _flag("-conf", "DIR", "Hadoop configuration dir (default: "
+                             "HADOOP_CONF_DIR)")
     files: str | None = _flag("-f", "PATHS", "comma list of files/dirs shipped to every task's "
-                              "working dir; -f ./ ships the current dir's contents")
-    ps: str | None = _flag("-pn", "N", "number of ps (tensorflow-ps; default 1)")
-    ps_cores: str | None = _flag("-pc", "N", "vcores per ps (default 1)")
+                              "working dir; -f ./ ships the current dir's contents",
+        of=lambda s: _files_flag(s) or None)
+    ps: str | None = _flag("-pn", "N", "number of ps (tensorflow-ps; default 1)",
+        of=lambda s: _ps(s, lambda r: r.instances))
+    ps_cores: str | None = _flag("-pc", "N", "vcores per ps (default 1)",
+        of=lambda s: _ps(s, lambda r: r.resources.vcores))
     ps_memory: str | None = _flag("-pm", "MB", "memory per ps in MB, or 2g / 512m "
-                                  "(default 1024)")
+                                  "(default 1024)",
+        of=lambda s: _ps(s, lambda r: r.resources.memory_mb))
     workers: str | None = _flag("-wn", "N", "number of workers; tensorflow-ps makes worker 0 "
-                                   "the chief (default 1)")
-    worker_cores: str | None = _flag("-wc", "N", "vcores per worker (default 1)")
-    worker_gpus: str | None = _flag("-wg", "N", "GPUs per worker (default 0)")
+                                   "the chief (default 1)",
+        of=lambda s: _workers_flag(s))
+    worker_cores: str | None = _flag("-wc", "N", "vcores per worker (default 1)",
+        of=lambda s: str(_worker(s).vcores))
+    worker_gpus: str | None = _flag("-wg", "N", "GPUs per worker (default 0)",
+        of=lambda s: str(_worker(s).gpus))
     worker_memory: str | None = _flag("-wm", "MB", "memory per worker in MB, or 2g / 512m "
-                                      "(default 1024)")
+                                      "(default 1024)",
+        of=lambda s: str(_worker(s).memory_mb))
     workers_per_gpu: str | None = _flag("-wnpg", "N", "tensorflow-ps/-worker: workers per "
-                                        "container, sharing its GPU")
+                                        "container, sharing its GPU",
+        of=lambda s: _packed(s, SHARED_GPU))
     gpu_memory_fraction: str | None = _flag("--gpu-memory-fraction", "F", "each worker's "
                                             "cap on its card's memory, a fraction (default "
                                             "with -wnpg N: 0.9/N, so no worker of a card "
-                                            "starves the others; 1: no cap)")
+                                            "starves the others; 1: no cap)",
+        of=lambda s: _opt(s.gpu_memory_fraction, '{:g}'))
     procs_per_node: str | None = _flag("-ppn", "N", "tensorflow-mpi/pytorch: ranks per "
-                                       "container (world size = wn x ppn)")
+                                       "container (world size = wn x ppn)",
+        of=lambda s: _packed(s, ALLREDUCE))
     wait_time: str | None = _flag("-wait_time", "MIN", "minutes to wait for every task to "
-                                  "start (default 10)")
+                                  "start (default 10)",
+        of=lambda s: _whole(s.register_timeout_s / 60))
     timeout: str | None = _flag("--timeout", "SECONDS", "fail and stop the whole job after "
-                                "this long")
-    queue: str | None = _flag("--queue", "QUEUE", "YARN queue")
+                                "this long",
+        of=lambda s: _opt(s.timeout_s, _whole))
+    queue: str | None = _flag("--queue", "QUEUE", "YARN queue",
+        of=lambda s: s.yarn.queue)
     python: str | None = _flag("--python", "PYTHON", "-m local on YARN: the nodes' interpreter "
-                               "(default python3)")
+                               "(default python3)",
+        of=lambda s: s.runtime.python)
     node_label: str | None = _flag("--node-label", "LABEL", "YARN node label expression for "
-                                   "the tasks")
-    am_memory: str | None = _flag("--am-memory", "MB", "ApplicationMaster memory (default 1024)")
-    am_vcores: str | None = _flag("--am-vcores", "N", "ApplicationMaster vcores (default 1)")
+                                   "the tasks",
+        of=lambda s: s.yarn.node_label)
+    am_memory: str | None = _flag("--am-memory", "MB", "ApplicationMaster memory (default 1024)",
+        of=lambda s: str(s.yarn.am_memory_mb))
+    am_vcores: str | None = _flag("--am-vcores", "N", "ApplicationMaster vcores (default 1)",
+        of=lambda s: str(s.yarn.am_vcores))
     principal: str | None = _flag("--principal", "USER@REALM", "Kerberos principal (with "
-                                  "--keytab)")
+                                  "--keytab; default: the ticket cache's)")
     keytab: str | None = _flag("--keytab", "FILE", "Kerberos keytab (with --principal)")
     heartbeat_timeout: str | None = _flag("--heartbeat-timeout", "SECONDS", "fail the job when "
-                                          "a task's launcher is silent this long (default 30)")
+                                          "a task's launcher is silent this long (default 30)",
+        of=lambda s: _whole(s.heartbeat_timeout_s))
     max_restarts: str | None = _flag("--max-restarts", "N", "after a task failure, restart "
                                      "every task in the same application up to N times "
-                                     "(default 0)")
+                                     "(default 0)",
+        of=lambda s: str(s.max_restarts))
     restart_on: str | None = _flag("--restart-on", "WHICH", "retryable (signals, preemption, "
                                    "lost nodes or launchers, exit codes 128-255; default) | "
-                                   "any (every task failure)")
+                                   "any (every task failure)",
+        of=lambda s: s.restart_on)
     memory_growth: str | None = _flag("--memory-growth", "F", "YARN: after a container is "
                                       "killed for its memory, restart with that role's "
                                       "memory x F (up to the queue's largest container; "
-                                      "needs --max-restarts; off by default)")
+                                      "needs --max-restarts; off by default)",
+        of=lambda s: _opt(s.memory_growth or None, '{:g}'))
     stall_timeout: str | None = _flag("--stall-timeout", "SECONDS", "fail (and with "
                                       "restarts left, restart) a job whose tasks report "
-                                      "progress (tfyarn.progress) but made none this long")
+                                      "progress (tfyarn.progress) but made none this long",
+        of=lambda s: _opt(s.stall_timeout_s, _whole))
     gang_patience: str | None = _flag("--gang-patience", "SECONDS", "YARN: a job given only "
                                       "part of its containers for this long gives them back, "
                                       "waits and asks again, so two jobs never hold each "
-                                      "other's share (default 60)")
+                                      "other's share (default 60)",
+        of=lambda s: _whole(s.yarn.gang_patience_s))
     tensorboard_linger: str | None = _flag("--tensorboard-linger", "MIN", "keep TensorBoard up "
-                                           "this many minutes after the job ends (default 0)")
+                                           "this many minutes after the job ends (default 0)",
+        of=lambda s: _opt(s.tensorboard_linger_s / 60 if s.tensorboard_dir else None, _whole))
     checkpoint_dir: str | None = _flag("--checkpoint-dir", "DIR", "TFYARN_CHECKPOINT_DIR for "
                                        "every task (default: the job dir locally, "
-                                       "hdfs:///user/$USER/.tfyarn/checkpoints/APP_ID on YARN)")
+                                       "hdfs:///user/$USER/.tfyarn/checkpoints/APP_ID on YARN)",
+        of=lambda s: s.checkpoint_dir)
     model_dir: str | None = _flag("--model-dir", "DIR", "TFYARN_MODEL_DIR for every task: "
                                   "where the trained model goes (default: the job dir's "
                                   "model/ locally, hdfs:///user/$USER/.tfyarn/models/APP_ID "
-                                  "on YARN)")
+                                  "on YARN)",
+        of=lambda s: s.model_dir)
     command: tuple[str, ...] = ()  # -c: the rest of the line (see main.split_command)
     data: tuple[str, ...] = _flag("--data", "PATH", "a committed dataset "
                                   "(tfyarn.data.spark.write) every task reads (repeatable): "
                                   "checked before submitting, given to tasks as TFYARN_DATA",
-                                  ())
+                                  (),
+        of=lambda s: s.data)
     env: tuple[str, ...] = _flag("--env", "KEY=VALUE", "environment variable for every task "
-                                 "(repeatable)", ())
-    tags: tuple[str, ...] = _flag("--tag", "TAG", "YARN application tag", ())
+                                 "(repeatable)", (),
+        of=lambda s: tuple(f'{k}={v}' for k, v in s.env))
+    tags: tuple[str, ...] = _flag("--tag", "TAG", "YARN application tag", (),
+        of=lambda s: s.yarn.tags)
     view_acls: tuple[str, ...] = _flag("--view-acls", "WHO", "YARN: users (group:NAME for a "
                                        "group, * for all) who may also view the job: its "
                                        "status, logs and page (repeatable, comma-separated; "
                                        "default: you alone, plus tfyarn.yaml's acls: view:)",
-                                       ())
+                                       (),
+        of=lambda s: _acl_flag(s.yarn.view_acls))
     modify_acls: tuple[str, ...] = _flag("--modify-acls", "WHO", "YARN: users or group:NAME "
                                          "who may also kill or move the job (repeatable, "
                                          "comma-separated; default: you alone, plus "
-                                         "tfyarn.yaml's acls: modify:)", ())
-    force: bool = _flag("--force", "", "ship -f files even if over 1 GB", False)
+                                         "tfyarn.yaml's acls: modify:)", (),
+        of=lambda s: _acl_flag(s.yarn.modify_acls))
+    force: bool = _flag("--force", "", "ship -f files even if over 1 GB", False,
+        of=lambda s: s.yarn.max_upload_mb is None)
+
+
+def spec_args(spec: JobSpec) -> ElSubmitArgs:
+    """The el_submit flags that give `spec` (paths absolute): the parser's inverse, each
+    flag's own (its `of` in the table), so a new flag is one declaration."""
+    return ElSubmitArgs(command=(spec.command,), **{
+        f.name: f.metadata["of"](spec) for f in fields(ElSubmitArgs)
+        if f.metadata.get("of") is not None})
+
+
+def _ps(spec: JobSpec, value: Callable[[Role], int]) -> str | None:
+    ps = spec.role("ps")
+    return str(value(ps)) if ps else None
+
+
+def _worker(spec: JobSpec) -> Resources:
+    return next(r for r in spec.roles if r.name != "ps").resources
+
+
+def _workers_flag(spec: JobSpec) -> str:
+    """-wn: workers (containers, where -ppn packs ranks)."""
+    n = sum(r.instances for r in spec.roles if r.name != "ps")
+    return str(n // spec.tasks_per_container if spec.app_type in ALLREDUCE else n)
+
+
+def _packed(spec: JobSpec, kinds: frozenset[str] | tuple[str, ...]) -> str | None:
+    """-wnpg / -ppn: tasks per container, for the kinds that pack them."""
+    k = spec.tasks_per_container
+    return str(k) if spec.app_type in kinds and k > 1 else None
+
+
+def _opt(value: Any, shown: str | Callable[[Any], str]) -> str | None:
+    if value is None:
+        return None
+    return shown.format(value) if isinstance(shown, str) else shown(value)
+
+
+def _acl_flag(entries: tuple[str, ...]) -> tuple[str, ...]:
+    return (",".join(entries),) if entries else ()
+
+
+def _files_flag(spec: JobSpec) -> str:
+    """`-f` for the shipped files: a dir whose contents go to the working dir is `DIR/.`."""
+    return ",".join(f.source if f.remote or f.dest else os.path.join(f.source, ".")
+                    for f in spec.files)
+
+
+def _whole(value: float) -> str:
+    """A flag that takes whole numbers; a fraction in the file is refused by the parser."""
+    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 class Option(NamedTuple):
