@@ -155,7 +155,7 @@ def test_rest_speaks_spnego_where_the_rm_asks_for_it():
     login = kerberos.login(conf, None, None, os.environ["KRB5CCNAME"])
     assert login is not None
     apps = rm.RestClient.from_conf_dir(conf, user, login).apps("tfyarn", rm.ALL_STATES)
-    assert apps and all(a["id"].startswith("application_") for a in apps)
+    assert apps and all(a.app_id.startswith("application_") for a in apps)
     with pytest.raises(rm.Unavailable, match="401"):
         rm.RestClient.from_conf_dir(conf, user).apps("tfyarn", rm.ALL_STATES)
 

@@ -1009,13 +1009,15 @@ def test_the_client_leaves_the_process_environment_as_it_is(tmp_path):
     """A notebook's kernel: YARN clients in one process for two configurations in turn.
     Each skein JVM reads its own configuration, and os.environ and sys.unraisablehook
     are as they were after each (and after a start that failed)."""
-    from tfyarn.client import yarn
+    from tfyarn.client import cluster
+    from tfyarn.core.settings import Settings
 
     other = tmp_path / "conf"
     shutil.copytree(os.environ["HADOOP_CONF_DIR"], other)
     env, hook = dict(os.environ), sys.unraisablehook
     for conf in (None, str(other)):
-        with yarn.yarn_client(yarn.ClientOptions(conf_dir=conf)) as client:
+        opts = cluster.ClientOptions(conf_dir=conf, settings=Settings.from_environ())
+        with cluster.yarn_client(opts) as client:
             assert client.applications(["RUNNING", "FINISHED"]) is not None
             mine = [pid for pid in _skein_drivers() if _parent(pid) == os.getpid()]
             assert len(mine) == 1, mine

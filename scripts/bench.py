@@ -666,12 +666,14 @@ def history_times(jobs: int, repeat: int) -> dict:
     as the anchor."""
     import urllib.request
 
-    from tfyarn.client import yarn
+    from tfyarn.client import cluster
+    from tfyarn.core.settings import Settings
     from tfyarn.hdfs import webhdfs
 
-    opts = yarn.ClientOptions()
+    opts = cluster.ClientOptions(settings=Settings.from_environ())
     folder = f"hdfs:///tmp/tfyarn-bench-history-{os.getpid()}"
-    client = webhdfs.client_for(folder, opts.hadoop_conf, opts.settings.user, yarn.web_login(opts))
+    client = webhdfs.client_for(folder, opts.hadoop_conf, opts.settings.user,
+                                cluster.web_login(opts))
     path, now = webhdfs.hdfs_path(folder), time.time()
     for i in range(jobs):
         job_id = f"application_1_{i:04d}"

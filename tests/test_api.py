@@ -131,6 +131,20 @@ def python_sigint():
         yield
 
 
+def test_run_refuses_what_cannot_be_called_or_sent_before_submitting(tmp_path):
+    """Not callable, or holding what cannot be pickled (a lock): SpecError naming `fn`,
+    and no job started (no job dir, no env packed)."""
+    import threading
+
+    lock = threading.Lock()
+    with pytest.raises(tfyarn.SpecError, match=r"^fn: .*None.* is not callable"):
+        tfyarn.run(None, kind="tensorflow-worker", workers=2, local=True)
+    with pytest.raises(tfyarn.SpecError, match=r"^fn: .* cannot be sent to the tasks"):
+        tfyarn.run(lambda: lock.acquire(), kind="tensorflow-worker", workers=2, local=True,
+                   environment="current")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_ctrl_c_in_wait_stops_the_job_and_leaves_nothing(python_sigint):
     """KeyboardInterrupt in wait() (Jupyter's interrupt, here a real SIGINT to this
     process) stops the job as el_submit's Ctrl-C does, and is raised again."""
@@ -190,6 +204,27 @@ def test_the_notebook_example_runs_as_a_script():
     assert "SUCCEEDED - chief:0 finished" in out.stdout, out.stdout
     accuracy = float(out.stdout.rsplit("eval_accuracy=", 1)[1].split()[0])
     assert accuracy > 0.8
+
+
+def test_the_notebook_example_runs_as_a_notebook(tmp_path):
+    """The same file opened as a notebook (jupytext, as VS Code/Jupyter users open it) and
+    executed cell by cell in a real ipykernel (nbclient): no `__file__`, the kernel's
+    own sys.argv, its cwd the notebook's dir; it reaches the same accuracy."""
+    jupytext = pytest.importorskip("jupytext", reason="jupytext: pip install -e '.[test]'")
+    nbclient = pytest.importorskip("nbclient", reason="nbclient: pip install -e '.[test]'")
+    from conftest import REPO
+
+    folder = REPO / "examples" / "notebook"
+    notebook = jupytext.read(folder / "census_api.py")
+    client = nbclient.NotebookClient(notebook, timeout=600, kernel_name="python3",
+                                     resources={"metadata": {"path": str(folder)}})
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CENSUS_EPOCHS", "2")
+        client.execute()
+    out = "".join(o.get("text", "") for cell in notebook.cells if cell.cell_type == "code"
+                  for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+    assert "SUCCEEDED - chief:0 finished" in out, out[-3000:]
+    assert float(out.rsplit("eval_accuracy=", 1)[1].split()[0]) > 0.8
 
 
 CALLER = """

@@ -305,7 +305,7 @@ def test_an_application_is_its_owners_alone_unless_acls_add_others(tmp_path):
     conf = tmp_path / "tfyarn.yaml"
     conf.write_text("acls:\n  view: [group:ml-team]\n  modify: oncall,bob\n")
     site = staging.load_defaults(Settings(conf_file=str(conf), home=str(tmp_path)))
-    from tfyarn.client.yarn import with_site_acls
+    from tfyarn.client.yarnsubmit import with_site_acls
 
     merged = with_site_acls(job(tmp_path, view_acls=("alice",)).yarn, site)
     assert merged.view_acls == ("group:ml-team", "alice")

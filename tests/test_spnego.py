@@ -13,7 +13,7 @@ import pytest
 from conftest import serve_locally
 
 from tfyarn.client import rm
-from tfyarn.client.follow import http_get
+from tfyarn.client.livelogs import http_get
 from tfyarn.hdfs import spnego, webhdfs
 
 SECURE = Path(__file__).parent / "fixtures" / "hadoop-3.3.6-secure"
@@ -77,7 +77,7 @@ def test_rest_answers_the_rms_challenge_once_with_a_token():
     login = SignedLogin()
     client = rm.RestClient((f"http://127.0.0.1:{server.server_address[1]}",), "root", login)
     app = client.app("application_1795617833803_0001")
-    assert app["id"] == "application_1795617833803_0001" and app["state"] == "RUNNING"
+    assert app.app_id == "application_1795617833803_0001" and app.state == "RUNNING"
     assert seen == [None, "Negotiate c3RhbmQtaW4="] and login.hosts == ["127.0.0.1"]
     server.shutdown()
 

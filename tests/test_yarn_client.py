@@ -12,8 +12,9 @@ import time
 import pytest
 from conftest import REPO
 
-from tfyarn.client import yarn
-from tfyarn.client.skeinclient import Yarn
+from tfyarn.client import cluster, watch, yarnlogs, yarnsubmit
+from tfyarn.client.common import live_tasks
+from tfyarn.client.skeinclient import NO_HADOOP, Yarn
 from tfyarn.core.errors import EXIT_TFYARN
 from tfyarn.core.policy import format_tasks
 from tfyarn.core.records import Attempt, JobTasks, Outcome, Started, TaskEnd, Wanted
@@ -37,7 +38,7 @@ def test_submit_without_hadoop_is_one_line_and_submits_nothing(el_submit, no_had
                     env=no_hadoop_env)
     assert out.returncode == EXIT_TFYARN and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
-        "Error: " + yarn.NO_HADOOP + " (missing: yarn)"]
+        "Error: " + NO_HADOOP + " (missing: yarn)"]
     assert not os.path.exists(os.path.join(no_hadoop_env["HOME"], ".skein"))
 
 
@@ -89,17 +90,17 @@ End of LogType:stderr
 
 
 def test_select_task_logs():
-    picked = yarn.select_task_logs(YARN_LOGS, "worker:1")
+    picked = yarnlogs.select_task_logs(YARN_LOGS, "worker:1")
     assert "boom" in picked and "chief:0" not in picked
     assert picked.startswith("Container: container_1_0001_01_000002")
-    assert yarn.select_task_logs(YARN_LOGS, "worker:7") == ""
+    assert yarnlogs.select_task_logs(YARN_LOGS, "worker:7") == ""
 
 
 def test_failure_text_names_task_tail_and_next_command():
     from tfyarn.core.errors import JobFailed
 
     outcome = Outcome("FAILED", "worker:1 exited with code 3", "worker:1", 3, ("a", "boom"))
-    w = yarn.Watcher(client=None, app_id="application_7_0001", spec=_spec())
+    w = watch.Watcher(client=None, app_id="application_7_0001", spec=_spec(), poll_s=0.01)
     w.view.outcome = outcome
     with pytest.raises(JobFailed) as failed:
         w._final("FAILED", "")
@@ -136,14 +137,14 @@ def test_task_tables(tmp_path):
     store.put(kvmod.addr_key(Task("chief", 0)), "n2:2")
     store.put(kvmod.start_key(Task("chief", 0)), Started(7, 1.0).to_json())
     store.put(kvmod.exit_key(Task("ps", 0)), TaskEnd(0).to_json())
-    live = yarn.live_tasks(top)
+    live = live_tasks(top)
     assert [x.split() for x in live] == [["ps:0", "n1:1", "exited", "0"],
                                          ["chief:0", "n2:2", "running"]]
     # after a restart: how attempt 1 ended, then attempt 2's tasks only
     top.put(kvmod.ATTEMPT, Wanted(1, 1, (Attempt(0, "FAILED", "ps:0 was killed by SIGKILL"),
                                          )).to_json())
     kvmod.Scoped(top, 1).put(kvmod.addr_key(Task("ps", 0)), "n3:3")
-    assert yarn.live_tasks(top) == ["attempt 1: FAILED: ps:0 was killed by SIGKILL",
+    assert live_tasks(top) == ["attempt 1: FAILED: ps:0 was killed by SIGKILL",
                                     "attempt 2: running", f"  {'ps:0':<12} {'n3:3':<30} registered"]
 
 
@@ -170,7 +171,7 @@ def test_status_tasks_of_a_12_worker_job_natural_order_a_state_each(tmp_path):
     referee = Referee(spec, store, top, Gang(top))
     referee.liveness.observe(Task("worker", 10), None, time.monotonic() - 60)  # silent
     referee.step(taskstate.read(store))  # the driver finds worker:10 lost, writes it
-    lines = yarn.live_tasks(top)
+    lines = live_tasks(top)
     names = [line.split()[0] for line in lines]
     assert names == ["ps:0", "chief:0", *(f"worker:{i}" for i in range(12))]
     states = {line.split()[0]: line.split(maxsplit=2)[2] for line in lines}
@@ -189,7 +190,7 @@ def test_watcher_progress_and_final_status(tmp_path, capsys):
                                           Role("chief", 1, Resources(1024, 1))), "true")
     top = kvmod.DirKV(str(tmp_path))
     store = kvmod.Scoped(top, 0)
-    w = yarn.Watcher(client=None, app_id="application_1_0002", spec=spec)
+    w = watch.Watcher(client=None, app_id="application_1_0002", spec=spec, poll_s=0.01)
     store.put(kvmod.addr_key(Task("ps", 0)), "n1:1")
     w.view.read(top)
     store.put(kvmod.addr_key(Task("chief", 0)), "n1:2")
@@ -283,12 +284,11 @@ def test_an_application_master_lost_with_its_node_is_named(monkeypatch):
     """The RM's diagnostics after the AM's node was SIGKILLed (rm-app-am-node-lost.json)."""
     from tfyarn.core.errors import JobFailed
 
-    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
     diagnostics = json.loads((NODES / "rm-app-am-node-lost.json").read_text())["app"]["diagnostics"]
     client = StandInClient([_rep("RUNNING", host="127.0.0.2"),
                             _rep("FAILED", "FAILED", diagnostics)])
     with pytest.raises(JobFailed) as failed:
-        yarn.Watcher(Yarn(client), "application_1_0006", _spec()).run()
+        watch.Watcher(Yarn(client), "application_1_0006", _spec(), poll_s=0.01).run()
     text = str(failed.value)
     assert "FAILED: the ApplicationMaster was lost with its node 127.0.0.2, and every task " \
            "ended with it" in text
@@ -323,12 +323,11 @@ def test_watcher_says_once_that_the_rm_is_away_and_once_that_it_is_back(monkeypa
         if "does not answer" in text:
             away.set()
 
-    monkeypatch.setattr(yarn, "say", record)
-    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
-    monkeypatch.setattr(yarn, "RM_AWAY_S", 0.05)
+    monkeypatch.setattr(watch, "say", record)
     client = AwayClient([_rep("RUNNING"), _rep("RUNNING"), _rep("RUNNING"),
                          _rep("FINISHED", "SUCCEEDED")], away)
-    assert yarn.Watcher(Yarn(client), "application_1_0007", _spec()).run() == 0
+    assert watch.Watcher(Yarn(client), "application_1_0007", _spec(), poll_s=0.01,
+                         away_s=0.05).run() == 0
     assert len([s for s in said if "the ResourceManager does not answer" in s]) == 1, said
     assert len([s for s in said if "the ResourceManager answers again" in s]) == 1, said
 
@@ -345,13 +344,11 @@ def test_status_and_logs_wait_out_an_absent_resourcemanager(monkeypatch):
         if "does not answer" in text:
             away.set()
 
-    monkeypatch.setattr(yarn, "say", record)
-    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
-    monkeypatch.setattr(yarn, "RM_AWAY_S", 0.05)
-    reports = yarn.Reports(Yarn(AwayClient([_rep("RUNNING"), _rep("RUNNING")], away)),
-                           "application_1_0008")
-    assert str(yarn.ride_through(reports).state) == "RUNNING"  # the first call answers
-    assert str(yarn.ride_through(reports).state) == "RUNNING"  # the second hangs a while
+    monkeypatch.setattr(watch, "say", record)
+    reports = watch.Reports(Yarn(AwayClient([_rep("RUNNING"), _rep("RUNNING")], away)),
+                            "application_1_0008", poll_s=0.01, away_s=0.05)
+    assert str(watch.ride_through(reports).state) == "RUNNING"  # the first call answers
+    assert str(watch.ride_through(reports).state) == "RUNNING"  # the second hangs a while
     assert len([s for s in said if "the ResourceManager does not answer" in s]) == 1, said
     assert len([s for s in said if "the ResourceManager answers again" in s]) == 1, said
 
@@ -359,11 +356,10 @@ def test_status_and_logs_wait_out_an_absent_resourcemanager(monkeypatch):
 def test_watcher_survives_an_am_that_dies_right_after_running(monkeypatch, capsys):
     from tfyarn.core.errors import JobFailed
 
-    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
     client = StandInClient([_rep("RUNNING"), _rep("RUNNING"),
                             _rep("FAILED", "FAILED", "AM container exited with code 1")])
     with pytest.raises(JobFailed) as failed:
-        yarn.Watcher(Yarn(client), "application_1_0003", _spec()).run()
+        watch.Watcher(Yarn(client), "application_1_0003", _spec(), poll_s=0.01).run()
     assert failed.value.exit_code == 1
     assert "application_1_0003 FAILED: AM container exited with code 1" in str(failed.value)
 
@@ -373,10 +369,9 @@ def test_watcher_gives_up_cleanly_when_yarn_stays_unreachable(monkeypatch):
 
     from tfyarn.core.errors import TfYarnError
 
-    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
     client = StandInClient([skein.exceptions.ConnectionError("RM down")])
     with pytest.raises(TfYarnError) as lost:
-        yarn.Watcher(Yarn(client), "application_1_0004", _spec()).run()
+        watch.Watcher(Yarn(client), "application_1_0004", _spec(), poll_s=0.01).run()
     assert "cannot reach YARN for application_1_0004" in str(lost.value)
     assert "tfyarn status application_1_0004" in str(lost.value)
 
@@ -387,11 +382,11 @@ def test_watcher_on_sigterm_kills_the_app_and_exits_143(monkeypatch):
     from tfyarn.client.interrupts import Interrupts
     from tfyarn.core.errors import JobFailed
 
-    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
     client = StandInClient([_rep("RUNNING")])
     interrupts = Interrupts(received=[signal.SIGTERM], armed=False)
     with pytest.raises(JobFailed) as ended:
-        yarn.Watcher(Yarn(client), "application_1_0005", _spec(), interrupts).run()
+        watch.Watcher(Yarn(client), "application_1_0005", _spec(), interrupts,
+                      poll_s=0.01).run()
     assert ended.value.exit_code == 143 and "terminated (SIGTERM)" in str(ended.value)
     assert client.killed == ["application_1_0005"]  # the AM was unreachable: forced
 
@@ -547,10 +542,12 @@ def test_skein_failure_inside_a_lifecycle_command_is_one_line(monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(yarn, "require_client", lambda _opts: None)
-    monkeypatch.setattr(yarn, "_start_client", lambda *_a: Yarn(Failing()))
+    from tfyarn.api import yarnjob
+
+    monkeypatch.setattr(cluster, "require_client", lambda _opts: None)
+    monkeypatch.setattr(cluster, "_start_client", lambda *_a: Yarn(Failing()))
     with pytest.raises(TfYarnError) as failed, contextlib.suppress(SystemExit):
-        yarn._ls_skein(True, yarn.ClientOptions())
+        yarnjob.applications(True, cluster.ClientOptions(settings=Settings()))
     assert str(failed.value).startswith("cannot list applications: lost the skein driver")
     assert "skein's driver log: " in str(failed.value)  # where the JVM's own words are
 
@@ -563,7 +560,6 @@ def test_a_signal_during_submission_still_kills_the_submitted_app(monkeypatch):
     from tfyarn.client.interrupts import Interrupts
     from tfyarn.core.errors import JobFailed
 
-    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
     interrupts = Interrupts().install()
     client = StandInClient([_rep("ACCEPTED")])
 
@@ -572,13 +568,14 @@ def test_a_signal_during_submission_still_kills_the_submitted_app(monkeypatch):
         return "application_1_0042"
 
     client.submit = submit_then_ctrl_c
-    monkeypatch.setattr(yarn, "require_client", lambda _o: None)
-    monkeypatch.setattr(yarn, "_start_client", lambda *_a: Yarn(client))
-    monkeypatch.setattr(yarn.appspec, "application_spec", lambda *_a: object())
+    for module in (cluster, yarnsubmit):
+        monkeypatch.setattr(module, "require_client", lambda _o: None)
+    monkeypatch.setattr(cluster, "_start_client", lambda *_a: Yarn(client))
+    monkeypatch.setattr(yarnsubmit.appspec, "application_spec", lambda *_a: object())
     try:
         with pytest.raises(JobFailed) as ended:
-            yarn.submit_and_watch(_spec(), yarn.ClientOptions(detach=True, settings=Settings()),
-                                  interrupts)
+            yarnsubmit.submit_and_watch(
+                _spec(), cluster.ClientOptions(detach=True, settings=Settings()), interrupts)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT
@@ -659,7 +656,7 @@ class NodeManagerLogs:
 def test_the_stand_in_nodemanager_answers_as_hadoop_3_3_6():
     from conftest import FIXTURES
 
-    from tfyarn.client.follow import frames
+    from tfyarn.client.livelogs import frames
 
     cases = [  # fixture, asked, running, its time
         ("nm-containerlogs-chief-servicelog-size-minus200-midrun.body", -200, True,
@@ -681,7 +678,7 @@ def test_the_stand_in_nodemanager_answers_as_hadoop_3_3_6():
 def test_live_logs_follow_every_container_as_it_grows():
     import io
 
-    from tfyarn.client.follow import LiveLogs
+    from tfyarn.client.livelogs import LiveLogs
 
     nm = NodeManagerLogs()
     w1, _ = nm.add("worker-1", 0)
@@ -712,7 +709,7 @@ def test_live_logs_follow_every_container_as_it_grows():
 def test_live_logs_of_one_task():
     import io
 
-    from tfyarn.client.follow import LiveLogs
+    from tfyarn.client.livelogs import LiveLogs
 
     nm = NodeManagerLogs()
     w0, _ = nm.add("worker-0", 0)
@@ -732,7 +729,7 @@ def test_live_logs_show_every_line_once_in_order_however_the_log_grows():
     aggregated logs. Every line exactly once, in order, whole, prefixed."""
     import io
 
-    from tfyarn.client.follow import TAIL_ASK, LiveLogs
+    from tfyarn.client.livelogs import TAIL_ASK, LiveLogs
 
     nm = NodeManagerLogs()
     path, c = nm.add("worker-0", 0)
@@ -764,7 +761,7 @@ def test_live_logs_show_every_line_once_in_order_however_the_log_grows():
 def test_frames_of_real_yarn_logs_output():
     from conftest import FIXTURES
 
-    from tfyarn.client.follow import frames
+    from tfyarn.client.livelogs import frames
 
     text = (FIXTURES / "yarn-logs-app-after.stdout").read_bytes()
     found = {(f.container[-6:], f.file): f for f in frames(text)}
@@ -779,12 +776,11 @@ def test_an_application_the_rm_forgot_after_a_restart_is_said_as_such(monkeypatc
     captured from the sandbox's RM): after reports of the app, el_submit says it was lost."""
     from tfyarn.core.errors import JobFailed
 
-    monkeypatch.setattr(yarn, "YARN_POLL_S", 0.01)
     captured = (NODES / "skein-application_report-unknown-app.txt").read_text()
     unknown = ValueError(captured.split(": ", 1)[1].strip())
     client = StandInClient([_rep("RUNNING"), _rep("RUNNING"), unknown])
     with pytest.raises(JobFailed) as lost:
-        yarn.Watcher(Yarn(client), "application_1795585834313_0999", _spec()).run()
+        watch.Watcher(Yarn(client), "application_1795585834313_0999", _spec(), poll_s=0.01).run()
     text = str(lost.value)
     assert text.startswith("application_1795585834313_0999 is gone: the ResourceManager "
                            "restarted and lost the application (no application "
@@ -793,7 +789,7 @@ def test_an_application_the_rm_forgot_after_a_restart_is_said_as_such(monkeypatc
     # an id never seen is still plain bad input, not a lost application
     client = StandInClient([unknown])
     with pytest.raises(Exception) as never:
-        yarn.Watcher(Yarn(client), "application_1795585834313_0999", _spec()).run()
+        watch.Watcher(Yarn(client), "application_1795585834313_0999", _spec(), poll_s=0.01).run()
     assert "is gone" not in str(never.value) and "Unknown ApplicationId" in str(never.value)
 
 

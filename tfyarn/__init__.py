@@ -1,5 +1,5 @@
 """tfyarn: TensorFlow (and friends) on Hadoop YARN with an el_submit-compatible CLI, and a
-Python API (`tfyarn.submit`, `tfyarn.attach`, `Job`: see `tfyarn.api`).
+Python API (`tfyarn.submit`, `tfyarn.attach`, `tfyarn.jobs`, `Job`: see `tfyarn.api`).
 
 The API's names load on first use, so every task's `import tfyarn` stays light.
 Must not import anything heavy (skein, TensorFlow, a JVM): `el_submit --help` stays instant.
@@ -8,7 +8,7 @@ Must not import anything heavy (skein, TensorFlow, a JVM): `el_submit --help` st
 from typing import Any
 
 __version__ = "0.1.0"
-API = ("submit", "attach", "run", "Job", "JobStatus", "JobFailed", "SpecError")
+API = ("submit", "attach", "jobs", "run", "Job", "JobStatus", "JobFailed", "SpecError")
 
 
 TASK = ("progress", "progress_callback")  # what a task calls: no API, no client loaded

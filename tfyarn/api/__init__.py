@@ -23,24 +23,28 @@ from typing import Any
 from tfyarn.api.job import LOCAL_PREFIX, Job, JobStatus, attach_local, start_local
 from tfyarn.api.options import parse_bool
 from tfyarn.api.runfn import run
-from tfyarn.api.submit import job_spec, ready
+from tfyarn.api.submit import client_options, job_spec, ready
+from tfyarn.core.appreport import AppReport
 from tfyarn.core.errors import JobFailed, SpecError
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.settings import Settings
 
-__all__ = ["Job", "JobFailed", "JobStatus", "SpecError", "attach", "run", "submit"]
+__all__ = ["AppReport", "Job", "JobFailed", "JobStatus", "SpecError", "attach", "jobs", "run",
+           "submit"]
 
 
 def submit(spec: JobSpec | str | os.PathLike | None = None, *, local: bool = False,
-           command: str | Sequence[str] | None = None, **options: Any) -> Job:
+           command: str | Sequence[str] | None = None, settings: Settings | None = None,
+           **options: Any) -> Job:
     """Start a job and return its handle at once (follow it with `wait`, `logs`).
 
     `spec`: a job file (what `el_submit ... --dry-run` prints; keywords override it) or
     a JobSpec; `local`: every task as a local process (el_submit's `--local`);
     `command`: what every task runs (`-c`); `options`: el_submit's other options by
-    their Python names (`kind`, `workers`, `worker_memory`, `files`, `env`, ...).
+    their Python names (`kind`, `workers`, `worker_memory`, `files`, `env`, ...);
+    `settings`: the caller's, read once (default: this process's environment, now).
     """
-    settings = Settings.from_environ()
+    settings = settings or Settings.from_environ()
     args, parsed = job_spec(spec, command=command, **options)
     checked = ready(args, parsed, settings)
     if parse_bool("-interact", args.interact):
@@ -48,22 +52,33 @@ def submit(spec: JobSpec | str | os.PathLike | None = None, *, local: bool = Fal
     if local:
         return start_local(checked, settings)
     from tfyarn.api import yarnjob
-    from tfyarn.client.yarn import ClientOptions
+    from tfyarn.client.cluster import ClientOptions
 
     opts = ClientOptions(args.conf, args.principal, args.keytab, settings=settings)
     return Job(yarnjob.submit(checked, opts))
 
 
 def attach(job_id: str, *, conf_dir: str | None = None, principal: str | None = None,
-           keytab: str | None = None) -> Job:
+           keytab: str | None = None, settings: Settings | None = None) -> Job:
     """A handle on a job submitted elsewhere (el_submit, cron, another notebook): a YARN
-    application id, or a local job's id (`local_...`, while its job dir is there)."""
+    application id, or a local job's id (`local_...`, while its job dir is there).
+    `settings`: the caller's, read once (default: this process's environment, now)."""
+    settings = settings or Settings.from_environ()
     if job_id.startswith(LOCAL_PREFIX):
-        return attach_local(job_id, Settings.from_environ())
+        return attach_local(job_id, settings)
     if not job_id.startswith("application_"):
         raise SpecError(f"attach: {job_id!r} is neither a YARN application id "
                         "(application_...) nor a local job id (local_...)")
     from tfyarn.api import yarnjob
-    from tfyarn.client.yarn import ClientOptions
 
-    return Job(yarnjob.YarnBackend(job_id, ClientOptions(conf_dir, principal, keytab)))
+    return Job(yarnjob.YarnBackend(job_id, client_options(conf_dir, principal, keytab, settings)))
+
+
+def jobs(*, finished: bool = False, conf_dir: str | None = None, principal: str | None = None,
+         keytab: str | None = None, settings: Settings | None = None) -> list[AppReport]:
+    """tfyarn's applications on the cluster, newest first: those that run (with
+    `finished`, the ended ones too), each as YARN reports it."""
+    from tfyarn.api import yarnjob
+
+    opts = client_options(conf_dir, principal, keytab, settings or Settings.from_environ())
+    return yarnjob.applications(finished, opts)

@@ -24,7 +24,9 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from tfyarn.core.appreport import FinalStatus
 from tfyarn.core.errors import (
     EXIT_BAD_INPUT,
     EXIT_TFYARN,
@@ -40,10 +42,13 @@ from tfyarn.core.tfconfig import Task
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
 
+if TYPE_CHECKING:
+    from tfyarn.client.jobdir import JobDir
+
 LOCAL_PREFIX = "local_"
 POLL_S = 0.2  # a local job's files and store, looked at this often while waiting
 STOP_WAIT_S = 120.0  # an attached local job, asked to stop: its driver's answer, at most
-GONE = Outcome("SUCCEEDED", "ended: its client removed the job dir, as it does after a "
+GONE = Outcome(FinalStatus.SUCCEEDED, "ended: its client removed the job dir, as it does after a "
                "success")
 
 
@@ -51,15 +56,18 @@ GONE = Outcome("SUCCEEDED", "ended: its client removed the job dir, as it does a
 class JobStatus:
     """Where a job stands: `state` (YARN's: ACCEPTED, RUNNING, FINISHED, FAILED, KILLED;
     a local job: RUNNING or its final status), `final_status` (SUCCEEDED, FAILED, KILLED,
-    or UNDEFINED while it runs) and the diagnostics."""
+    or UNDEFINED while it runs), the diagnostics (a running local job: its phase), and
+    for a YARN job its name and tracking URL."""
 
     state: str
     final_status: str
     diagnostics: str = ""
+    name: str = ""
+    tracking_url: str = ""
 
     @property
     def done(self) -> bool:
-        return self.final_status != "UNDEFINED"
+        return self.final_status != FinalStatus.UNDEFINED
 
 
 class Job:
@@ -83,6 +91,21 @@ class Job:
         waited for it)."""
         return self._backend.tasks()
 
+    def task_lines(self) -> list[str]:
+        """The task table as `tfyarn status --tasks` prints it: while the job runs, each
+        task's address, state and progress (earlier attempts first; a YARN gang that
+        waits says why); once it ended, every attempt's table (a YARN job's from the
+        page its driver kept)."""
+        return self._backend.task_lines()
+
+    def log_urls(self, task: str | None = None) -> list[tuple[str, str]]:
+        """Where each container's output is while the job runs: (container, URL of its
+        NodeManager's log page) on YARN, (task, log file) for a local job; `task`'s own
+        container first where it has one."""
+        if task is not None:
+            _task(task)
+        return self._backend.log_urls(task)
+
     def wait(self, timeout: float | None = None) -> Outcome:
         """The outcome once the job ended successfully; JobFailed (with the exit code the
         CLI would give) when it failed or was killed; TimeoutError after `timeout` s."""
@@ -96,15 +119,13 @@ class Job:
         """Lines of output (one task's, or every task's prefixed `[task] `); with
         `follow`, as they come until the job ends, each line once."""
         if task is not None:
-            try:
-                Task.parse(task)
-            except ValueError as exc:
-                raise SpecError(f"task: {exc}") from None
+            _task(task)
         return self._backend.logs(task, follow)
 
-    def kill(self) -> None:
-        """Stop every task (orderly first, as el_submit's Ctrl-C) and wait for the end."""
-        self._backend.stop("killed through the Python API (Job.kill)")
+    def kill(self, reason: str = "killed through the Python API (Job.kill)") -> str:
+        """Stop every task (orderly first, as el_submit's Ctrl-C) and wait for the end;
+        the state it ended in (a job that had ended already: that state)."""
+        return self._backend.stop(reason)
 
     def close(self) -> None:
         """Let go of what the handle holds (a YARN job: its client's JVM); the job runs on."""
@@ -167,11 +188,15 @@ class _Backend:
 
     def tasks(self) -> list[taskstate.TaskState]: ...
 
+    def task_lines(self) -> list[str]: ...
+
+    def log_urls(self, task: str | None) -> list[tuple[str, str]]: ...
+
     def wait(self, timeout: float | None) -> Outcome: ...
 
     def logs(self, task: str | None, follow: bool) -> Iterator[str]: ...
 
-    def stop(self, reason: str) -> None: ...
+    def stop(self, reason: str) -> str: ...
 
     def key(self, key: str) -> str | None: ...
 
@@ -181,9 +206,16 @@ class _Backend:
         """Let go of what the handle holds (a YARN client's JVM)."""
 
 
+def _task(task: str) -> Task:
+    try:
+        return Task.parse(task)
+    except ValueError as exc:
+        raise SpecError(f"task: {exc}") from None
+
+
 def _ended(outcome: Outcome, job_id: str, where: str) -> Outcome:
     """The outcome, or the JobFailed that el_submit would end with."""
-    if outcome.state == "SUCCEEDED":
+    if outcome.state == FinalStatus.SUCCEEDED:
         return outcome
     from tfyarn.client import common
 
@@ -275,9 +307,39 @@ class _Local(_Backend):
 
     def status(self) -> JobStatus:
         out = self._outcome()
+        page = self.key(kvmod.PAGE) or ""
         if out is not None and self._client_ended():
-            return JobStatus(out.state, out.state, out.message)
-        return JobStatus("RUNNING", "UNDEFINED", self.key(kvmod.PHASE) or "starting")
+            return JobStatus(out.state, out.state, out.message, tracking_url=page)
+        return JobStatus("RUNNING", "UNDEFINED", self.key(kvmod.PHASE) or "starting",
+                         tracking_url=page)
+
+    def task_lines(self) -> list[str]:
+        from tfyarn.client.common import live_tasks
+        from tfyarn.core.policy import attempt_tables
+
+        out = self._outcome()
+        if out is not None and out is not GONE:
+            return attempt_tables(out)
+        with contextlib.suppress(OSError):
+            return live_tasks(self.store) if os.path.isdir(self.root) else []
+        return []
+
+    def log_urls(self, task: str | None) -> list[tuple[str, str]]:
+        jd, spec = self._job_files()
+        return [(c.name, jd.log_path(c.name)) for c in spec.containers()
+                if task is None or Task.parse(task) in c.tasks]
+
+    def _job_files(self) -> tuple[JobDir, JobSpec]:
+        """The job dir and the job as its client wrote it there."""
+        from tfyarn.client.jobdir import JobDir
+
+        if not os.path.isdir(self.root):
+            raise TfYarnError(f"{self.id}: its logs went with its job dir, removed after a "
+                              "success as el_submit --local does; keep them with "
+                              "TFYARN_KEEP_JOB_DIR=1")
+        jd = JobDir(self.root)
+        with open(jd.job_json, encoding="utf-8") as f:
+            return jd, JobSpec.from_json(f.read())
 
     def tasks(self) -> list[taskstate.TaskState]:
         if self.outcome is not None and not os.path.isdir(self.root):
@@ -308,7 +370,7 @@ class _Local(_Backend):
             raise JobFailed(f"job {self.id}: tfyarn's local client ended without a final "
                             f"status (exit code {code}); its job dir: {self.root}")
         logs = os.path.join(self.root, "logs")
-        if out.state == "SUCCEEDED" and not self.keep:
+        if out.state == FinalStatus.SUCCEEDED and not self.keep:
             from tfyarn.client.jobdir import JobDir
 
             JobDir(self.root).remove()
@@ -327,15 +389,7 @@ class _Local(_Backend):
                 sys.stderr.flush()
 
     def logs(self, task: str | None, follow: bool) -> Iterator[str]:
-        from tfyarn.client.jobdir import JobDir
-
-        if not os.path.isdir(self.root):
-            raise TfYarnError(f"{self.id}: its logs went with its job dir, removed after a "
-                              "success as el_submit --local does; keep them with "
-                              "TFYARN_KEEP_JOB_DIR=1")
-        jd = JobDir(self.root)
-        with open(jd.job_json, encoding="utf-8") as f:
-            spec = JobSpec.from_json(f.read())
+        jd, spec = self._job_files()
         names = [c.name for c in spec.containers()
                  if task is None or Task.parse(task) in c.tasks]
         offsets = dict.fromkeys(names, 0)
@@ -345,6 +399,8 @@ class _Local(_Backend):
                 not os.path.isdir(self.root)
             for name in names:
                 path = jd.log_path(name)
+                if not follow:  # one file after another: each under its name
+                    yield f"===== {path}"
                 with contextlib.suppress(OSError), open(path, "rb") as f:
                     f.seek(offsets[name])
                     data = f.read()
@@ -358,7 +414,7 @@ class _Local(_Backend):
                 return
             time.sleep(POLL_S)
 
-    def stop(self, reason: str) -> None:
+    def stop(self, reason: str) -> str:
         if self.client is not None and self.client.poll() is None:
             self.client.send_signal(signal.SIGTERM)  # the client's orderly stop
             self.client.wait()
@@ -368,6 +424,8 @@ class _Local(_Backend):
             while self._outcome() is None and time.monotonic() < deadline:
                 time.sleep(POLL_S)
         self._show_progress()
+        out = self._outcome()
+        return out.state if out is not None else "RUNNING"
 
     def close(self) -> None:
         if self.progress is not None:

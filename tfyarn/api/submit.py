@@ -14,12 +14,15 @@ import dataclasses
 import difflib
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfyarn.api.options import ElSubmitArgs, from_el_submit
 from tfyarn.core.errors import SpecError
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.settings import Settings
+
+if TYPE_CHECKING:
+    from tfyarn.client.cluster import ClientOptions
 
 FIELDS = {f.name: f for f in dataclasses.fields(ElSubmitArgs)}
 
@@ -123,3 +126,19 @@ def ready(args: ElSubmitArgs, spec: JobSpec, settings: Settings) -> JobSpec:
 def login_pair(principal: str | None, keytab: str | None) -> None:
     if bool(principal) != bool(keytab):
         raise SpecError("--principal and --keytab go together; give both or neither")
+
+
+def client_options(conf_dir: str | None, principal: str | None, keytab: str | None,
+                   settings: Settings) -> ClientOptions:
+    """How a lifecycle call reaches the cluster; -conf and the login pair checked first
+    (SpecError naming the flag)."""
+    from tfyarn.client.cluster import ClientOptions
+
+    if conf_dir is not None and not os.path.isdir(conf_dir):
+        raise SpecError(f"-conf: {conf_dir!r} is not a directory of Hadoop configuration")
+    login_pair(principal, keytab)
+    if principal and keytab:
+        from tfyarn.client import kerberos
+
+        kerberos.check_keytab(principal, keytab)
+    return ClientOptions(conf_dir, principal, keytab, settings=settings)

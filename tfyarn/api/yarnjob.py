@@ -1,10 +1,10 @@
-"""A YARN job behind a `Job` handle: el_submit's watcher, status, logs and kill, as calls.
+"""A YARN job behind a `Job` handle: el_submit's watcher, status, tasks, logs and kill, as
+calls that return values; `tfyarn status/logs/kill/ls` print them (the one front end).
 
 Owns the handle's YARN client (skein's driver: the warm one, or a JVM held while the
-handle follows the job, closed by `Job.close`), the job's spec (published by its driver,
-or a default before the application runs), and turning the output the lifecycle
-commands print into values and iterators. Must not install signal handlers or write the
-process environment.
+handle follows the job, closed by `Job.close`; none at all where the RM's REST API
+answers what is asked), the job's spec (published by its driver, or a default before the
+application runs). Must not install signal handlers or write the process environment.
 """
 
 from __future__ import annotations
@@ -16,14 +16,28 @@ from contextlib import ExitStack
 from typing import Any
 
 from tfyarn.api.job import JobStatus, _Backend, _ended
-from tfyarn.client import yarn
+from tfyarn.client import appspec, common, rm
+from tfyarn.client.cluster import ClientOptions, app_store, rest_client, rest_report, yarn_client
+from tfyarn.client.common import live_tasks
 from tfyarn.client.interrupts import Interrupts
+from tfyarn.client.skeinclient import Yarn
+from tfyarn.client.watch import (
+    Reports,
+    Watcher,
+    gang_wait,
+    next_steps,
+    ride_through,
+    stop_application,
+)
+from tfyarn.client.yarnhistory import kept_task_lines
+from tfyarn.client.yarnlogs import aggregated_text, finish_live_logs, live_get, live_log_urls
+from tfyarn.core.appreport import ACTIVE_STATES, ALL_STATES, AppReport, FinalStatus, YarnState
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec, Resources, Role
 from tfyarn.core.records import Outcome
 from tfyarn.core.say import say
 from tfyarn.core.tfconfig import model_dir
-from tfyarn.core.timing import AGGREGATION_WAIT_S, LIVE_LOG_POLL_S
+from tfyarn.core.timing import AGGREGATION_WAIT_S, KILL_GRACE_S, LIVE_LOG_POLL_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
 
@@ -34,8 +48,8 @@ PLACEHOLDER = JobSpec("attached", "standalone", (Role("worker", 1, Resources(1, 
 class YarnBackend(_Backend):
     """One application, followed from this process."""
 
-    def __init__(self, app_id: str, opts: yarn.ClientOptions,
-                 client: yarn.Yarn | None = None, spec: JobSpec | None = None,
+    def __init__(self, app_id: str, opts: ClientOptions,
+                 client: Yarn | None = None, spec: JobSpec | None = None,
                  held: ExitStack | None = None) -> None:
         self.id, self.opts, self.spec = app_id, opts, spec
         self.held = held or ExitStack()
@@ -43,14 +57,14 @@ class YarnBackend(_Backend):
         self.outcome: Outcome | None = None
 
     @property
-    def client(self) -> yarn.Yarn:
+    def client(self) -> Yarn:
         if self._client is None:
-            self._client = self.held.enter_context(yarn.yarn_client(self.opts))
+            self._client = self.held.enter_context(yarn_client(self.opts))
         return self._client
 
     def _store(self) -> kvmod.SkeinKV | None:
         with contextlib.suppress(StoreGone):
-            return yarn.app_store(self.client, self.id)
+            return app_store(self.client, self.id)
         return None
 
     def model_dir(self) -> str:
@@ -67,13 +81,37 @@ class YarnBackend(_Backend):
             return None if store is None else store.get(key)
         return None
 
+    def report(self) -> AppReport:
+        """The RM's report: over REST (no JVM), else through skein's driver (riding
+        through a ResourceManager that is away, as el_submit does)."""
+        rep = rest_report(self.id, self.opts)
+        return rep if rep is not None else ride_through(Reports(self.client, self.id))
+
     def status(self) -> JobStatus:
-        rep = yarn.rest_report(self.id, self.opts)
-        if rep is not None:
-            return JobStatus(rep.get("state", ""), rep.get("finalStatus", ""),
-                             rep.get("diagnostics", ""))
-        r = yarn.ride_through(yarn.Reports(self.client, self.id))
-        return JobStatus(str(r.state), str(r.final_status), r.diagnostics or "")
+        rep = self.report()
+        return JobStatus(str(rep.state), str(rep.final_status), rep.diagnostics, rep.name,
+                         rep.tracking_url)
+
+    def task_lines(self) -> list[str]:
+        """While it runs: each task's line from the store (connects: a JVM unless a warm
+        driver serves), and why the gang waits; once ended: its kept page's table."""
+        rep = self.report()
+        if rep.ended:
+            return kept_task_lines(self.id, self.opts)
+        store = self._store() if rep.state is YarnState.RUNNING else None
+        if store is None:
+            return []
+        try:
+            lines = live_tasks(store)
+            raw = store.get(kvmod.JOB)
+            why = None if raw is None else gang_wait(JobSpec.from_json(raw), self.id,
+                                                     self.opts, store)
+            return lines + ([f"waiting: {why}"] if why else [])
+        except StoreGone as exc:
+            return [f"(the application ended just now: {exc})"]
+
+    def log_urls(self, task: str | None) -> list[tuple[str, str]]:
+        return live_log_urls(self.client, self.id, task)
 
     def tasks(self) -> list[taskstate.TaskState]:
         if self.outcome is not None:
@@ -86,21 +124,21 @@ class YarnBackend(_Backend):
     def wait(self, timeout: float | None) -> Outcome:
         until = None if timeout is None else time.monotonic() + timeout
         if self.outcome is None:
-            watcher = yarn.Watcher(self.client, self.id, self._spec(until), Interrupts(),
-                                   opts=self.opts)
+            watcher = Watcher(self.client, self.id, self._spec(until), Interrupts(),
+                              opts=self.opts)
             watcher.run(until)
             self.outcome = watcher.view.outcome or self.outcome or \
-                Outcome("SUCCEEDED", "the application finished")
-        return _ended(self.outcome, self.id, yarn.next_steps(self.id))
+                Outcome(FinalStatus.SUCCEEDED, "the application finished")
+        return _ended(self.outcome, self.id, next_steps(self.id))
 
     def _spec(self, until: float | None) -> JobSpec:
         """The job's spec: a handle of `attach` reads what the driver published, once
         the application runs (else, ended, one that asks nothing of the watcher)."""
-        reports = yarn.Reports(self.client, self.id)
+        reports = Reports(self.client, self.id)
         while self.spec is None:
             if (raw := self.key(kvmod.JOB)) is not None:
                 self.spec = JobSpec.from_json(raw)
-            elif (rep := reports.next()) is not None and str(rep.state) in yarn.TERMINAL:
+            elif (rep := reports.next()) is not None and rep.ended:
                 return PLACEHOLDER
             elif until is not None and time.monotonic() > until:
                 raise TimeoutError(f"{self.id} has not started its driver yet")
@@ -118,31 +156,31 @@ class YarnBackend(_Backend):
 
     def logs(self, task: str | None, follow: bool) -> Iterator[str]:
         if follow or not self.status().done:
-            yield from self._follow(task, once=not follow)
+            yield from self._live_lines(task, once=not follow)
             return
         self._aggregated()
-        yield from yarn.aggregated_text(self.id, task, self.opts).splitlines()
+        yield from aggregated_text(self.id, task, self.opts).splitlines()
 
     def _aggregated(self) -> None:
         """Until YARN says every node uploaded the ended application's logs (each
         NodeManager uploads its own, seconds after the end), bounded."""
         deadline = time.monotonic() + AGGREGATION_WAIT_S
         while time.monotonic() < deadline:
-            rep = yarn.rest_report(self.id, self.opts) or {}
-            if rep.get("logAggregationStatus", "SUCCEEDED") in AGGREGATED:
+            rep = rest_report(self.id, self.opts)
+            if rep is None or (rep.log_aggregation or "SUCCEEDED") in AGGREGATED:
                 return
             time.sleep(LIVE_LOG_POLL_S)
 
-    def _follow(self, task: str | None, once: bool = False) -> Iterator[str]:
+    def _live_lines(self, task: str | None, once: bool = False) -> Iterator[str]:
         """As `tfyarn logs APP --follow`: every line once, until the application ended
         (`once`: what the containers have written so far)."""
-        from tfyarn.client.follow import LiveLogs
+        from tfyarn.client.livelogs import LiveLogs
 
         lines, live = _Lines(), None
-        reports = yarn.Reports(self.client, self.id)
+        reports = Reports(self.client, self.id)
         while True:
             if live is None and (app := self.client.connect(self.id)) is not None:
-                live = LiveLogs(app, lines, task, yarn.live_get(self.opts))  # type: ignore[arg-type]
+                live = LiveLogs(app, lines, task, live_get(self.opts))  # type: ignore[arg-type]
                 with contextlib.suppress(StoreGone):
                     kvmod.SkeinKV(app).put(kvmod.CLIENT, "following")  # the driver waits
             if live is not None:
@@ -154,19 +192,19 @@ class YarnBackend(_Backend):
                 yield from lines.take(final=True)
                 return
             rep = reports.next()
-            if rep is not None and str(rep.state) in yarn.TERMINAL:
+            if rep is not None and rep.ended:
                 if live is not None:
-                    yarn.finish_live_logs(live, self.id, self.opts)
+                    finish_live_logs(live, self.id, self.opts)
                 yield from lines.take(final=True)
                 return
             time.sleep(LIVE_LOG_POLL_S)
 
-    def stop(self, reason: str) -> None:
-        rep = self.status()
-        if rep.state in yarn.TERMINAL:
-            return
-        yarn.stop_application(self.client, self.id, reason,
-                              yarn.common.Escalation(Interrupts(), yarn.KILL_GRACE_S))
+    def stop(self, reason: str) -> str:
+        rep = self.report()
+        if rep.ended:
+            return str(rep.state)
+        return stop_application(self.client, self.id, reason,
+                                common.Escalation(Interrupts(), KILL_GRACE_S))
 
     def close(self) -> None:
         self.held.close()
@@ -193,13 +231,28 @@ class _Lines:
         return iter([line.decode(errors="replace") for line in whole])
 
 
-def submit(spec: JobSpec, opts: yarn.ClientOptions) -> YarnBackend:
+def submit(spec: JobSpec, opts: ClientOptions) -> YarnBackend:
     """Submit `spec`; the handle keeps the YARN client it submitted with."""
+    from tfyarn.client.yarnsubmit import submitted
+
     held = ExitStack()
     try:
-        client, app_id = held.enter_context(yarn.submitted(spec, opts, Interrupts()))
+        client, app_id = held.enter_context(submitted(spec, opts, Interrupts()))
     except BaseException:
         held.close()
         raise
     say(f"submitted {app_id}")
     return YarnBackend(app_id, opts, client, spec, held)
+
+
+def applications(finished: bool, opts: ClientOptions) -> list[AppReport]:
+    """tfyarn's applications on the cluster (with `finished`, ended ones too), newest
+    first: over REST, else through skein's driver."""
+    states = ALL_STATES if finished else ACTIVE_STATES
+    try:
+        apps = rest_client(opts).apps(appspec.APP_TAG, states)
+    except rm.Unavailable:
+        with yarn_client(opts) as client:
+            apps = client.applications(list(ALL_STATES[2:]) if finished else None,
+                                       appspec.APP_TAG)
+    return sorted(apps, key=lambda a: a.started_ms, reverse=True)

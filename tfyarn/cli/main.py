@@ -3,7 +3,7 @@
 Imports nothing heavy at module level: skein, grpc, hdfs and tensorflow load only inside
 the commands that need them, so `el_submit --help` stays instant.
 Must not hold logic of its own beyond turning flags into calls and errors into one line
-and an exit code.
+and an exit code. Long because it declares every command with its help text.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import dataclasses
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -25,6 +26,8 @@ from tfyarn.api.options import OPTIONS
 from tfyarn.client.interrupts import Interrupted, Interrupts
 from tfyarn.core.errors import EXIT_BAD_INPUT, SpecError, TfYarnError
 from tfyarn.core.redact import redact
+from tfyarn.core.say import say
+from tfyarn.core.tfconfig import Task
 
 FLAGS = ("--local", "--dry-run", "--detach", "--force", "-h", "--help", "--version")
 assert "--force" in {o.flag for o in OPTIONS if o.is_flag}
@@ -121,11 +124,12 @@ def submit(ctx: click.Context, local: bool, dry_run: bool, detach: bool,
         _warn_semantics(checked, args, local)
         if local:
             return _run_local(checked, settings, interrupts)
-        from tfyarn.client import yarn
+        from tfyarn.client.cluster import ClientOptions
+        from tfyarn.client.yarnsubmit import submit_and_watch
 
-        return yarn.submit_and_watch(checked, yarn.ClientOptions(
+        return submit_and_watch(checked, ClientOptions(
             conf_dir=args.conf, principal=args.principal, keytab=args.keytab, detach=detach,
-            follow=interact, settings=settings), interrupts)
+            interact=interact, settings=settings), interrupts)
 
 
 def _job(command: Sequence[str], raw: dict[str, Any], job_option: str | None,
@@ -189,36 +193,47 @@ def tfyarn() -> None:
 
 
 tfyarn.add_command(submit)
-conf_option = click.option("-conf", "--conf", "conf", metavar="DIR",
-                           help="Hadoop configuration dir (sets HADOOP_CONF_DIR)")
 
 
-def _login_pair(principal: str | None, keytab: str | None) -> None:
-    from tfyarn.api.submit import login_pair
+def _table_option(field: str, *also: str) -> Callable[[Callable], Callable]:
+    """A submit option of the flag table on another command, as the table declares it (its
+    flag, metavar and help: one declaration), with `also` as further names."""
+    o = next(o for o in OPTIONS if o.field == field)
+    return click.option(o.flag, *also, field, metavar=o.metavar or None, help=o.help)
 
-    login_pair(principal, keytab)
+
+conf_option = _table_option("conf", "--conf")
 
 
 def cluster_options(fn: Any) -> Any:
     """-conf, and the Kerberos login of a lifecycle command (a keytab: cron, no ticket)."""
-    fn = click.option("--keytab", "keytab", metavar="FILE",
-                      help="Kerberos keytab (with --principal)")(fn)
-    fn = click.option("--principal", "principal", metavar="USER@REALM",
-                      help="Kerberos principal (with --keytab; default: the ticket cache)")(fn)
+    fn = _table_option("keytab")(fn)
+    fn = _table_option("principal")(fn)
     return conf_option(fn)
 
 
-def _opts(conf: str | None, principal: str | None = None, keytab: str | None = None) -> Any:
-    from tfyarn.client import yarn
+def _cluster(conf: str | None, principal: str | None, keytab: str | None) -> Any:
+    """How a lifecycle command reaches the cluster, with this process's settings."""
+    from tfyarn.api.submit import client_options
+    from tfyarn.core.settings import Settings
 
-    if conf is not None and not os.path.isdir(conf):
-        raise SpecError(f"-conf: {conf!r} is not a directory of Hadoop configuration")
-    _login_pair(principal, keytab)
-    if principal and keytab:
-        from tfyarn.client import kerberos
+    return client_options(conf, principal, keytab, Settings.from_environ())
 
-        kerberos.check_keytab(principal, keytab)
-    return yarn.ClientOptions(conf_dir=conf, principal=principal, keytab=keytab)
+
+def _attach(job_id: str, conf: str | None, principal: str | None, keytab: str | None) -> Any:
+    """The API's handle on the job the command names (checks -conf and the login)."""
+    from tfyarn import api
+
+    return api.attach(job_id, conf_dir=conf, principal=principal, keytab=keytab)
+
+
+def _task(task: str | None) -> str | None:
+    if task is not None:
+        try:
+            Task.parse(task)
+        except ValueError as exc:
+            raise SpecError(f"--task: {exc}") from None
+    return task
 
 
 @tfyarn.command("status")
@@ -230,11 +245,29 @@ def status_cmd(app_id: str, conf: str | None, principal: str | None, keytab: str
                tasks: bool) -> int:
     """State, final status and diagnostics of an application (or of a local job id)."""
     with edge():
-        if app_id.startswith("local_"):
-            return _local_status(app_id)
-        from tfyarn.client import yarn
-
-        return yarn.status(app_id, _opts(conf, principal, keytab), tasks)
+        job = _attach(app_id, conf, principal, keytab)
+        st = job.status()
+        local = app_id.startswith("local_")
+        click.echo(f"{'job' if local else 'application'}: {app_id}")
+        if st.name:
+            click.echo(f"name: {st.name}")
+        click.echo(f"state: {st.state}\nfinal status: {st.final_status}")
+        if st.tracking_url:
+            click.echo(f"{'job page' if local else 'tracking URL'}: {st.tracking_url}")
+        if local:
+            click.echo(f"logs: tfyarn logs {app_id}")
+        diag = st.diagnostics.strip()
+        if diag:
+            click.echo(f"diagnostics:{chr(10) if chr(10) in diag else ' '}{diag}")
+        if not (tasks or local):
+            if not st.done:
+                click.echo(f"(per-task table: tfyarn status {app_id} --tasks)")
+            return 0
+        kept = st.done and not local
+        click.echo("tasks (its kept page; all of it: tfyarn history):" if kept else "tasks:")
+        for line in job.task_lines():
+            click.echo(f"  {line}")
+        return 0
 
 
 @tfyarn.command("logs")
@@ -248,25 +281,33 @@ def logs_cmd(app_id: str, task: str | None, follow: bool, conf: str | None,
     """Task logs: aggregated logs once finished; while running, container log URLs, or
     the output itself with --follow."""
     with edge():
-        if app_id.startswith("local_"):
-            return _local_logs(app_id, task)
-        from tfyarn.client import yarn
-
-        return yarn.logs(app_id, task, _opts(conf, principal, keytab), follow)
+        job = _attach(app_id, conf, principal, keytab)
+        task = _task(task)
+        if not follow and app_id.startswith("application_") and not job.status().done:
+            click.echo(f"{app_id} is running; container logs:")
+            for name, url in job.log_urls(task):
+                click.echo(f"  {name:<12} {url}")
+            return 0
+        for line in job.logs(task, follow=follow):
+            click.echo(line)
+        if follow:
+            say(f"{app_id} ended: {job.status().state}; all of it: tfyarn logs {app_id}")
+        return 0
 
 
 @tfyarn.command("kill")
 @click.argument("app_id")
 @cluster_options
 def kill_cmd(app_id: str, conf: str | None, principal: str | None, keytab: str | None) -> int:
-    """Kill a running application (every container with it)."""
+    """Stop a running job, every task with it (orderly first; a local job too)."""
     with edge():
-        if app_id.startswith("local_"):
-            raise SpecError(f"{app_id} is a local job: stop it with Ctrl-C (or SIGTERM) to its "
-                            "el_submit; that stops every task")
-        from tfyarn.client import yarn
-
-        return yarn.kill(app_id, _opts(conf, principal, keytab))
+        job = _attach(app_id, conf, principal, keytab)
+        st = job.status()
+        if st.done:
+            say(f"{app_id} already ended: {st.state} / {st.final_status}")
+            return 0
+        say(f"{app_id}: {job.kill('killed with tfyarn kill')}")
+        return 0
 
 
 @tfyarn.command("ls")
@@ -275,9 +316,16 @@ def kill_cmd(app_id: str, conf: str | None, principal: str | None, keytab: str |
 def ls_cmd(show_all: bool, conf: str | None, principal: str | None, keytab: str | None) -> int:
     """tfyarn applications, newest first."""
     with edge():
-        from tfyarn.client import yarn
+        from tfyarn import api
 
-        return yarn.ls(show_all, _opts(conf, principal, keytab))
+        apps = api.jobs(finished=show_all, conf_dir=conf, principal=principal, keytab=keytab)
+    click.echo(f"{'APPLICATION':<32} {'NAME':<20} {'STATE':<10} {'FINAL':<10} STARTED")
+    for a in apps:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a.started_ms / 1000)) \
+            if a.started_ms else "-"
+        click.echo(f"{a.app_id:<32} {a.name[:20]:<20} {a.state:<10} {a.final_status:<10} "
+                   f"{started}")
+    return 0
 
 
 @tfyarn.command("history")
@@ -299,12 +347,12 @@ def history_cmd(host: str, port: int, dirs: tuple[str, ...], spnego_keytab: str 
     """Serve the tfyarn jobs, finished and running, newest first, each linking its page
     (a finished job's as its driver kept it), until Ctrl-C."""
     with edge():
-        from tfyarn.client import yarn
         from tfyarn.client.history import HistoryServer
+        from tfyarn.client.yarnhistory import history_gate, history_of
 
-        opts = _opts(conf, principal, keytab)
-        gate = yarn.history_gate(opts, spnego_keytab) if spnego_keytab else None
-        reader = yarn.history_of(opts, dirs)
+        opts = _cluster(conf, principal, keytab)
+        gate = history_gate(opts, spnego_keytab) if spnego_keytab else None
+        reader = history_of(opts, dirs)
         reader.listing()  # every kept page read once before the first answer (~15 ms each)
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         from tfyarn.core.settings import Settings
@@ -327,19 +375,17 @@ def history_cmd(host: str, port: int, dirs: tuple[str, ...], spnego_keytab: str 
 
 @tfyarn.command("skein-driver")
 @click.argument("action", type=click.Choice(["start", "stop", "status"]))
-@conf_option
-@click.option("--principal", "principal", metavar="USER@REALM", help="Kerberos principal")
-@click.option("--keytab", "keytab", metavar="FILE", help="Kerberos keytab")
+@cluster_options
 def skein_driver_cmd(action: str, conf: str | None, principal: str | None,
                      keytab: str | None) -> int:
     """A warm skein driver (skein's YARN client JVM, not tfyarn's driver in the job):
     el_submit, status and kill use it instead of starting a JVM each (about 5 s) while
     it runs, for the same Hadoop configuration."""
     with edge():
-        from tfyarn.client import yarn
+        from tfyarn.client.cluster import skein_driver
 
-        opts = _opts(conf)
-        return yarn.skein_driver(action, dataclasses.replace(opts, principal=principal,
+        opts = _cluster(conf, None, None)
+        return skein_driver(action, dataclasses.replace(opts, principal=principal,
                                                              keytab=keytab))
 
 
@@ -383,63 +429,6 @@ def build_hdfs_plugin_cmd() -> int:
         return hdfs.main()
 
 
-def _local_job_dir(job_id: str) -> str:
-    from tfyarn.client.jobdir import find_job_dir
-    from tfyarn.core.settings import Settings
-
-    found = find_job_dir(job_id, Settings.from_environ())
-    if found is None:
-        raise TfYarnError(f"{job_id}: its job dir is gone (removed when a local job succeeds; "
-                          "keep it with TFYARN_KEEP_JOB_DIR=1), or TMPDIR differs from the "
-                          "one it ran with")
-    return found
-
-
-def _local_status(job_id: str) -> int:
-    from tfyarn.client.yarn import live_tasks
-    from tfyarn.core.policy import attempt_tables
-    from tfyarn.core.records import Outcome
-    from tfyarn.protocol import kv as kvmod
-
-    root = _local_job_dir(job_id)
-    store = kvmod.DirKV(os.path.join(root, "kv"))
-    raw = store.get(kvmod.STATUS)
-    click.echo(f"job: {job_id}\ndir: {root}\nlogs: {os.path.join(root, 'logs')}")
-    if raw is None:
-        click.echo(f"state: {store.get(kvmod.PHASE) or 'starting'} (or its client was killed)"
-                   "\ntasks:")
-        for line in live_tasks(store):
-            click.echo(f"  {line}")
-        return 0
-    outcome = Outcome.from_json(raw, kvmod.STATUS)
-    click.echo(f"final status: {outcome.state}\ndiagnostics: {outcome.message}\ntasks:")
-    for line in attempt_tables(outcome):
-        click.echo(f"  {line}")
-    return 0
-
-
-def _local_logs(job_id: str, task: str | None) -> int:
-    from tfyarn.client.jobdir import JobDir
-    from tfyarn.client.local import task_log
-    from tfyarn.core.jobspec import JobSpec
-
-    jd = JobDir(_local_job_dir(job_id))
-    logs = os.path.join(jd.root, "logs")
-    names = sorted(os.listdir(logs))
-    if task:
-        with open(jd.job_json, encoding="utf-8") as f:
-            spec = JobSpec.from_json(f.read())
-        try:
-            names = [os.path.basename(task_log(spec, jd, task))]
-        except (ValueError, StopIteration):
-            raise SpecError(f"--task: {job_id} has no task {task!r}; see: ls {logs}") from None
-    for name in names:
-        click.echo(f"===== {os.path.join(logs, name)}")
-        with open(os.path.join(logs, name), encoding="utf-8", errors="replace") as f:
-            sys.stdout.write(f.read())
-    return 0
-
-
 # ---------------------------------------------------------------- pl_submit
 
 
@@ -476,7 +465,7 @@ def pl_submit(ctx: click.Context, program: str, local: bool, cls: str | None,
         conf = dict(parse_pairs("--spark-conf", spark_conf))
         options = {k: v for k, v in raw.items() if v not in (None, (), False)}
         fitted = fit(program, local=local, cls=cls, data_dir=data_dir, keep_data=keep_data,
-                     pipeline=not no_pipeline, spark_conf=conf, say=_say, on_submit=_follow,
+                     pipeline=not no_pipeline, spark_conf=conf, say=_say, on_submit=_relay_training,
                      **options)
         if fitted.model_dir and not local:  # a local job says where its model is itself
             click.echo(f"tfyarn: model dir (TFYARN_MODEL_DIR): {fitted.model_dir}", err=True)
@@ -487,7 +476,7 @@ def _say(line: str) -> None:
     click.echo(f"tfyarn: {line}", err=True)
 
 
-def _follow(job: Any) -> None:
+def _relay_training(job: Any) -> None:
     """The training job's id on stdout; a YARN job's tasks' output on stderr as it comes
     (a local job shows its own)."""
     import threading

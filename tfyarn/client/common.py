@@ -23,6 +23,7 @@ from tfyarn.core.records import Outcome, TensorBoard
 from tfyarn.core.say import say
 from tfyarn.core.timing import STOP_ASK_WAIT_S
 from tfyarn.protocol import kv as kvmod
+from tfyarn.protocol import taskstate
 
 
 def emit_id(job_id: str, what: str = "job id") -> None:
@@ -121,3 +122,20 @@ def failed(outcome: Outcome, job: str, state: str, where: str) -> JobFailed:
     stderr excerpt, and where to read more."""
     return JobFailed("\n".join([*outcome.describe(job, state), where]), exit_code(state),
                      outcome)
+
+
+def live_tasks(store: kvmod.KV) -> list[str]:
+    """Per-task lines while the job runs, in natural order (ps, chief, worker:0, worker:2,
+    worker:10): address, state, exit code and reason once it ended; after a restart, one
+    line per earlier attempt first."""
+    attempt, earlier, states = taskstate.current(store)
+    out = [a.words() for a in earlier]
+    if out:
+        out.append(f"attempt {attempt + 1}: running")
+    indent = "  " if earlier else ""
+    for s in states:
+        detail = "" if s.state is taskstate.State.SUCCEEDED else s.detail()
+        step = f" {s.progress()}" if s.progress() else ""
+        out.append(f"{indent}{str(s.task):<12} {s.addr or '-':<30} {s.state.value}{step}"
+                   + (f" ({detail})" if detail else ""))
+    return out

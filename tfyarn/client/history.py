@@ -9,6 +9,8 @@ beside it. A kept page never changes, so each is read once per server. Who is se
 owner alone by the secret, or, with a `Gate`, each Kerberos viewer (SPNEGO) the jobs
 whose view ACL admits them. Must not write (the driver keeps the pages:
 `runtime/site.py`) nor ask the cluster anything at import.
+Long because the reader, its shelves and the server share one `Listed` shape and are
+read together; each part is a section.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from tfyarn.core.appreport import AppReport
 from tfyarn.core.errors import EnvironmentMissing, TfYarnError
 from tfyarn.core.jobspec import acl_admits
 from tfyarn.core.records import JobView, RecordError
@@ -277,12 +280,11 @@ def checked(view: JobView, job_id: str, where: str) -> JobView:
 # ---------------------------------------------------------------- running jobs
 
 
-def running_yarn(apps: list[dict]) -> list[Listed]:
+def running_yarn(apps: list[AppReport]) -> list[Listed]:
     """The ResourceManager's tfyarn applications (`RestClient.apps`), linked to their live
     page through the RM's proxy (the tracking URL)."""
-    return [Listed(a["id"], a.get("name", ""), a.get("applicationType", ""),
-                   a.get("user", ""), a.get("state", ""), (a.get("startedTime") or 0) / 1000,
-                   None, a.get("trackingUrl") or None) for a in apps]
+    return [Listed(a.app_id, a.name, a.kind, a.user, str(a.state), a.started_ms / 1000,
+                   None, a.tracking_url or None) for a in apps]
 
 
 def running_local(tmp_root: str | None) -> list[Listed]:

@@ -44,6 +44,7 @@ from tfyarn.client.localprocs import (
     start_launchers,
     wait_procs,
 )
+from tfyarn.core.appreport import FinalStatus
 from tfyarn.core.errors import EXIT_TFYARN, JobFailed
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import elapsed_words, goodput_lines, plural
@@ -53,12 +54,12 @@ from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import (
     CLIENT_TICK_S,
-    FOLLOW_S,
     LOCAL_DRIVER_SLACK_S,
     RESTART_EXIT_WAIT_S,
     STOP_REPORT_S,
     TENSORBOARD_DONE_SLACK_S,
     TENSORBOARD_START_S,
+    TERMINAL_TAIL_S,
 )
 from tfyarn.protocol import kv as kvmod
 
@@ -177,7 +178,7 @@ class LocalJob:
         deadline = time.monotonic() + TENSORBOARD_START_S  # a short job ends before it is up
         while (info := self.news.tensorboard(store)) is None and tb.poll() is None \
                 and not self.interrupts.count and time.monotonic() < deadline:
-            time.sleep(FOLLOW_S)
+            time.sleep(TERMINAL_TAIL_S)
         if info is None or not info.url or self.interrupts.count:
             return
         self.signals_before_linger = self.interrupts.count
@@ -198,7 +199,7 @@ class LocalJob:
                             f"after {took}; every task was stopped. Read "
                             f"{jd.log_path('driver')}", EXIT_TFYARN)
         outcome = Outcome.from_json(raw, kvmod.STATUS)
-        if outcome.state != "SUCCEEDED":
+        if outcome.state != FinalStatus.SUCCEEDED:
             where = task_log(self.spec, jd, outcome.task) if outcome.task else \
                 os.path.join(jd.root, "logs")
             raise common.failed(outcome, f"job {self.job_id}", outcome.state,

@@ -30,8 +30,8 @@ from tfyarn.core.policy import signal_of
 from tfyarn.core.records import TaskEnd
 from tfyarn.core.settings import Settings
 from tfyarn.core.timing import (
-    FOLLOW_S,
     REAP_WAIT_S,
+    TERMINAL_TAIL_S,
 )
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime import docker as dockerrun
@@ -103,7 +103,7 @@ def start_all(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Inte
     except OSError as exc:
         raise EnvironmentMissing(f"could not start tfyarn's driver: {exc}; raise the limits "
                                  "(ulimit -n, ulimit -u)") from None
-    procs.follower = TerminalView(terminal, FOLLOW_S).start()
+    procs.follower = TerminalView(terminal, TERMINAL_TAIL_S).start()
     procs.show(jd.log_path("driver"), "")
     try:
         if spec.tensorboard_dir:
@@ -304,7 +304,7 @@ def wait_procs(procs: Iterable[Process], timeout: float,
             if cut() or time.monotonic() > deadline:
                 return False
             with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(timeout=FOLLOW_S)
+                p.wait(timeout=TERMINAL_TAIL_S)
     return True
 
 

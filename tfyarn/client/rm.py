@@ -21,12 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfyarn.core import capacity
+from tfyarn.core.appreport import ACTIVE_STATES, ALL_STATES, AppReport
 from tfyarn.core.timing import REST_TIMEOUT_S
 from tfyarn.hdfs import spnego
 from tfyarn.hdfs.siteconf import expand, read_site
 
-ACTIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
-ALL_STATES = (*ACTIVE_STATES, "FINISHED", "FAILED", "KILLED")
+__all__ = ["ACTIVE_STATES", "ALL_STATES", "NotFound", "RestClient", "Unavailable"]
 
 
 class Unavailable(Exception):
@@ -98,8 +98,8 @@ class RestClient:
         except spnego.NegotiateUnavailable as exc:
             raise Unavailable(str(exc)) from None
 
-    def app(self, app_id: str) -> dict:
-        return self.get(f"apps/{app_id}")["app"]
+    def app(self, app_id: str) -> AppReport:
+        return AppReport.from_rest(self.get(f"apps/{app_id}")["app"])
 
     def max_allocation_mb(self, queue: str | None) -> int | None:
         """The largest container `queue` (default: `default`) gives, in MB, as the
@@ -107,9 +107,10 @@ class RestClient:
         scheduler does not say (another scheduler, no such queue)."""
         return max_allocation_mb(self.get("scheduler"), queue or "default")
 
-    def apps(self, tag: str, states: tuple[str, ...]) -> list[dict]:
+    def apps(self, tag: str, states: tuple[str, ...]) -> list[AppReport]:
         found = self.get("apps", {"applicationTags": tag, "states": ",".join(states)})
-        return list(((found or {}).get("apps") or {}).get("app") or [])
+        return [AppReport.from_rest(a) for a in ((found or {}).get("apps") or {}).get("app")
+                or []]
 
 
 def max_allocation_mb(scheduler: Mapping[str, Any], queue: str) -> int | None:

@@ -23,6 +23,7 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from tfyarn.core.appreport import AppReport
 from tfyarn.core.errors import EnvironmentMissing, SpecError, TfYarnError
 from tfyarn.protocol.skeinlink import App, failures, tfyarns_skein
 
@@ -147,10 +148,10 @@ class Yarn:
             raise YarnUnreachable(f"submission failed: {exc}; check the cluster with: yarn "
                                   "node -list") from None
 
-    def report(self, app_id: str) -> Any:
-        """skein's application report (state, final_status, diagnostics, tracking_url)."""
+    def report(self, app_id: str) -> AppReport:
+        """The application's report, from skein's."""
         try:
-            return self.raw.application_report(app_id)
+            return AppReport.from_skein(self.raw.application_report(app_id))
         except ValueError as exc:
             raise TfYarnError(f"no application {app_id}: {exc} (list them: tfyarn ls --all)")\
                 from None
@@ -172,9 +173,11 @@ class Yarn:
             raise YarnUnreachable(f"could not kill {app_id}: {exc}; try: yarn application "
                                   f"-kill {app_id}") from None
 
-    def applications(self, states: list[str] | None) -> list[Any]:
+    def applications(self, states: list[str] | None, tag: str) -> list[AppReport]:
+        """The applications (default: the active ones) tagged `tag`."""
         try:
-            return list(self.raw.get_applications(states=states))
+            return [AppReport.from_skein(a) for a in self.raw.get_applications(states=states)
+                    if tag in set(a.tags or ())]
         except failures() as exc:
             raise YarnUnreachable(f"cannot list applications: {exc}; check the cluster with: "
                                   "yarn node -list") from None

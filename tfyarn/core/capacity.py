@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tfyarn.core.appreport import AppReport, YarnState
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import memory_flag_for
 
@@ -173,7 +174,7 @@ def holders_of(answer: Mapping[str, Any]) -> list[Holder]:
     """The running applications of an `/ws/v1/cluster/apps` answer and what each holds."""
     out = []
     for app in ((answer.get("apps") or {}).get("app") or []):
-        if app.get("state") != "RUNNING":
+        if AppReport.from_rest(app).state is not YarnState.RUNNING:
             continue
         # 3.3.6 answers allocatedMB 0 for a running app; its partitions' `used` are right
         parts = (app.get("resourceInfo") or {}).get("resourceUsagesByPartition") or []

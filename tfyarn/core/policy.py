@@ -3,7 +3,8 @@
 Owns: how task ends combine into the job's outcome, when a silent launcher counts as
 lost, which exit code each ending gets, how a failure is worded (stderr excerpt,
 signal names, task table), and what failures cost (goodput, from reported steps).
-Must not do I/O or read clocks: callers pass `now`.
+Must not do I/O or read clocks: callers pass `now` (times are only formatted here).
+Long because every rule reads the same records; each kind of decision is a section.
 """
 
 from __future__ import annotations
@@ -14,8 +15,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from tfyarn.core.appreport import FinalStatus
 from tfyarn.core.errors import SIGNAL_BASE
-from tfyarn.core.records import Attempt, AttemptTime, Goodput, Outcome, StepReport, TaskEnd
+from tfyarn.core.records import (
+    Attempt,
+    AttemptTime,
+    Cause,
+    Goodput,
+    Outcome,
+    StepReport,
+    TaskEnd,
+)
 from tfyarn.core.tfconfig import Task, natural_name
 
 if TYPE_CHECKING:
@@ -138,9 +148,6 @@ def needs_yarn_word(rec: TaskEnd | None) -> bool:
 
 # ---------------------------------------------------------------- failure causes
 
-RETRYABLE = "retryable"  # not the code's fault: a signal, preemption, a lost node or launcher
-PERMANENT = "permanent"  # would fail again: exit codes 1-127, a memory kill, tfyarn errors
-
 # What YARN says, through skein's container exit message, about a container it ended
 # (exit statuses -100 lost/aborted, -101 disks, -102 preempted, -103/-104 memory):
 # words to find (lower case), the cause, and how the task's end is told. Captured on
@@ -148,15 +155,15 @@ PERMANENT = "permanent"  # would fail again: exit codes 1-127, a memory kill, tf
 # physical memory used"; a node lost, or decommissioned (gracefully, after its timeout),
 # as "Container released on a *lost* node"; a preemption as "Container preempted by
 # scheduler". Disks: NodeManager's ContainerLaunch wording ("Most of the disks failed.").
-PREEMPTED = (("preempt",), RETRYABLE, "was preempted by YARN")
-LOST_NODE = (("lost* node",), RETRYABLE, "was lost with its node")
-DISKS = (("disks failed",), RETRYABLE, "was lost to a disk failure on its node")
+PREEMPTED = (("preempt",), Cause.RETRYABLE, "was preempted by YARN")
+LOST_NODE = (("lost* node",), Cause.RETRYABLE, "was lost with its node")
+DISKS = (("disks failed",), Cause.RETRYABLE, "was lost to a disk failure on its node")
 YARN_ENDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("physical memory used", "virtual memory used", "exceeding memory",
       "beyond physical memory", "beyond virtual memory", "exceeded memory", "memory limit"),
-     PERMANENT, "memory"),
+     Cause.PERMANENT, "memory"),
     PREEMPTED, LOST_NODE, DISKS,
-    (("failed during execution",), RETRYABLE,
+    (("failed during execution",), Cause.RETRYABLE,
      "was killed: its container's process died before reporting (kill -9, OOM killer)"),
 )
 TAKEN_BACK = (PREEMPTED, LOST_NODE, DISKS)  # the cluster took it back: not the task's doing
@@ -187,7 +194,7 @@ def token_expired(line: str) -> bool:
 def token_end(rec: TaskEnd) -> TaskEnd:
     """The exit record of a task that failed after its HDFS delegation token expired: not
     retried (a restart has the same tokens); the one line says what to pass."""
-    return replace(rec, cause=PERMANENT, explained=True,
+    return replace(rec, cause=Cause.PERMANENT, explained=True,
                    reason=f"exited with code {rec.code} after its HDFS delegation token "
                           "expired (the NameNode's dfs.namenode.delegation.token.max-lifetime "
                           "ends every token; a job that runs longer needs its own login): "
@@ -198,7 +205,7 @@ def memory_end(rec: TaskEnd, flag: str, memory_mb: int, limit_mb: int) -> TaskEn
     """The exit record of a task the kernel killed at its docker container's memory
     limit (`limit_mb`: its share of the YARN container): never retried, as YARN's own
     memory kill."""
-    return replace(rec, cause=PERMANENT, explained=True, memory_mb=memory_mb,
+    return replace(rec, cause=Cause.PERMANENT, explained=True, memory_mb=memory_mb,
                    reason=f"{memory_phrase(flag, memory_mb)} [docker: OOMKilled at "
                           f"{limit_mb} MB]")
 
@@ -213,7 +220,7 @@ def docker_gpu_end(rec: TaskEnd, gpus: int, host: str) -> TaskEnd | None:
     asks the same engine."""
     if rec.code != 125 or not any(DOCKER_NO_GPU in line for line in rec.tail):
         return None
-    return replace(rec, cause=PERMANENT, explained=True,
+    return replace(rec, cause=Cause.PERMANENT, explained=True,
                    reason=f"-wg {gpus}: node {host}'s Docker Engine cannot give a container "
                           "GPUs (docker: could not select device driver for [[gpu]]: no "
                           "NVIDIA Container Toolkit there); ask the cluster's admins to "
@@ -226,7 +233,7 @@ def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
     from skein's exit message: a memory kill says which flag to raise, a lost node is
     named (`node`: the container's host, where YARN said it)."""
     low = message.lower()
-    cause, phrase = RETRYABLE, f"was lost: its container ended ({message.strip()})"
+    cause, phrase = Cause.RETRYABLE, f"was lost: its container ended ({message.strip()})"
     found = next((end for end in YARN_ENDS if any(w in low for w in end[0])), None)
     if found is not None:
         _, cause, phrase = found
@@ -266,8 +273,8 @@ def cause_of(rec: TaskEnd) -> str:
         return rec.cause
     code = rec.code
     if rec.lost or rec.stopped or code is None:
-        return RETRYABLE
-    return RETRYABLE if code < 0 or SIGNAL_BASE <= code <= 255 else PERMANENT
+        return Cause.RETRYABLE
+    return Cause.RETRYABLE if code < 0 or SIGNAL_BASE <= code <= 255 else Cause.PERMANENT
 
 
 def decide(spec: JobSpec, records: Mapping[Task, TaskEnd]) -> Outcome | None:
@@ -284,19 +291,21 @@ def decide(spec: JobSpec, records: Mapping[Task, TaskEnd]) -> Outcome | None:
     x_true = spec.app_type == "tensorflow-ps" and spec.stop_ps_when_done
     if x_true and chief is not None and not chief.failed \
             and (not failed or chief.time <= min(failed)[0]):
-        return Outcome("SUCCEEDED", "chief:0 finished; the other tasks were stopped (-x True)")
+        return Outcome(FinalStatus.SUCCEEDED,
+                       "chief:0 finished; the other tasks were stopped (-x True)")
     if failed:
         _, _, task = min(failed)
         return failed_by(task, records[task])
     n = len(spec.tasks())
     if len(records) == n:
-        return Outcome("SUCCEEDED", f"all {plural(n, 'task')} exited with code 0")
+        return Outcome(FinalStatus.SUCCEEDED, f"all {plural(n, 'task')} exited with code 0")
     return None
 
 
 def failed_by(task: Task, rec: TaskEnd) -> Outcome:
     """The job's failure, decided by `task`'s end."""
-    return Outcome("FAILED", describe_exit(task, rec) + hint(rec.tail), str(task), rec.code,
+    return Outcome(FinalStatus.FAILED, describe_exit(task, rec) + hint(rec.tail), str(task),
+                   rec.code,
                    rec.tail, cause=cause_of(rec))
 
 
@@ -334,9 +343,9 @@ def restart_after(spec: JobSpec, outcome: Outcome, attempt: int) -> bool:
     """Whether the gang of `attempt` (0-based), ended by `outcome`, is followed by a new
     one: a task failure (never a kill, --timeout or -wait_time), attempts left, and a
     cause --restart-on accepts."""
-    return (outcome.state == "FAILED" and outcome.cause is not None
+    return (outcome.state == FinalStatus.FAILED and outcome.cause is not None
             and attempt < spec.max_restarts
-            and (spec.restart_on == "any" or outcome.cause == RETRYABLE))
+            and (spec.restart_on == "any" or outcome.cause == Cause.RETRYABLE))
 
 
 @dataclass(frozen=True)
@@ -370,7 +379,7 @@ def grow_memory(spec: JobSpec, outcome: Outcome, rec: TaskEnd | None,
     words = (f"{role} memory {now} \u2192 {larger[0]} MB after "
              f"{outcome.task} was killed for memory ({memory_flag_for(role)} x --memory-growth "
              f"{spec.memory_growth:g})")
-    return replace(outcome, cause=RETRYABLE), Growth(role, larger[0], words)
+    return replace(outcome, cause=Cause.RETRYABLE), Growth(role, larger[0], words)
 
 
 def restart_words(spec: JobSpec, attempt: int, why: str, grown: str = "") -> str:
@@ -387,7 +396,8 @@ def final_message(spec: JobSpec, outcome: Outcome, earlier: Sequence[Attempt]) -
     """The last attempt's message, naming every earlier attempt's failure, and why a
     failure was not retried when restarts were allowed."""
     msg = outcome.message
-    if outcome.state == "FAILED" and outcome.cause == PERMANENT and spec.max_restarts \
+    if outcome.state == FinalStatus.FAILED and outcome.cause == Cause.PERMANENT \
+            and spec.max_restarts \
             and spec.restart_on != "any" and outcome.attempt < spec.max_restarts:
         msg += (" (not restarted: exit codes 1-127 and memory kills are permanent; "
                 "--restart-on any retries them)")
@@ -398,8 +408,6 @@ def final_message(spec: JobSpec, outcome: Outcome, earlier: Sequence[Attempt]) -
 
 
 # ---------------------------------------------------------------- gangs that wait
-
-REGROUP = "regroup"  # Outcome.cause of a gang given back before it ran: no restart spent
 
 
 @dataclass(frozen=True)
@@ -427,16 +435,17 @@ def give_back(wait: GangWait | None, patience: float) -> Outcome | None:
     if wait is None or not wait.held or not wait.asked or wait.idle_s < patience:
         return None
     total = wait.held + wait.asked
-    return Outcome("FAILED", f"the gang was given {wait.held} of {plural(total, 'container')} "
+    return Outcome(FinalStatus.FAILED,
+                   f"the gang was given {wait.held} of {plural(total, 'container')} "
                    f"and nothing more for {wait.idle_s:.0f} s (another job or queue holds the "
-                   "rest): giving them back", cause=REGROUP)
+                   "rest): giving them back", cause=Cause.REGROUP)
 
 
 def regroups(outcome: Outcome, rec: TaskEnd | None, published: bool) -> bool:
     """Whether a gang that ended with `outcome` is asked for again without spending a
     restart: it gave its containers back, or YARN took one back (preempted, node lost
     or decommissioned, disk) before the cluster spec was out, so no user code ran."""
-    if outcome.cause == REGROUP:
+    if outcome.cause == Cause.REGROUP:
         return True
     return not published and rec is not None and rec.taken
 
@@ -502,10 +511,10 @@ def stall_outcome(stalled: Mapping[Task, tuple[int, float]], timeout_s: float) -
     tasks = sorted(stalled, key=lambda t: natural_name(str(t)))
     where = ", ".join(f"{t} at step {stalled[t][0]}" for t in tasks)
     idle = min(s for _, s in stalled.values())
-    return Outcome("FAILED", f"training stalled: {where}: no progress for {idle:.0f} s "
+    return Outcome(FinalStatus.FAILED, f"training stalled: {where}: no progress for {idle:.0f} s "
                    f"(--stall-timeout {timeout_s:g}) while the processes lived (a hung "
                    "collective, input pipeline or ps?): see the tasks' logs",
-                   str(tasks[0]), cause=RETRYABLE)
+                   str(tasks[0]), cause=Cause.RETRYABLE)
 
 
 # ---------------------------------------------------------------- goodput

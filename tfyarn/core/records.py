@@ -18,6 +18,7 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, TypeVar
 
 from tfyarn.core.errors import EnvironmentMissing
@@ -103,6 +104,21 @@ def _typed(v: Any, tp: type, where: str) -> Any:
     if not isinstance(v, tp):
         raise RecordError(f"{where}: expected {tp.__name__}, found {v!r}")
     return v
+
+
+class Cause(str, Enum):
+    """Why a failure ended an attempt, as far as restarting goes (a record's `cause`; the
+    records keep YARN-free strings, which compare equal to these)."""
+
+    RETRYABLE = "retryable"  # not the code's fault: a signal, preemption, a lost node/launcher
+    PERMANENT = "permanent"  # would fail again: exit codes 1-127, a memory kill, tfyarn errors
+    REGROUP = "regroup"  # a gang given back before it ran: no restart spent
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
 
 
 # ---------------------------------------------------------------- what tasks report

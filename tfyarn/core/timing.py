@@ -76,7 +76,7 @@ STOP_ASK_WAIT_S = 30.0  # both clients: after asking the driver for an orderly s
 # `tfyarn kill`), beyond the job's stop grace, before forcing it (killing every process /
 # the application): the driver's own stop takes the grace plus STOP_REPORT_S, and on YARN
 # the ApplicationMaster then unregisters and the RM's report catches up (seconds)
-FOLLOW_S = 0.1  # local client: task log files are read for the terminal as they grow,
+TERMINAL_TAIL_S = 0.1  # local client: task log files are read for the terminal as they grow,
 # at most this often (and this often where inotify is refused)
 REAP_WAIT_S = 2.0  # local client: a launcher seen ending, until its fork server reports its
 # exit code (it reaps at once: milliseconds)
@@ -85,10 +85,18 @@ CLIENT_TICK_S = 1.0  # local client: its loop wakes on events (the store, signal
 RESTART_EXIT_WAIT_S = 2.0  # local restart: an old launcher has reported (the driver waited
 # for it), so it is exiting; past this it is killed with its group
 REST_TIMEOUT_S = 10.0  # one ResourceManager REST call
+RM_AWAY_S = 10.0  # a report call unanswered this long: the ResourceManager is said to be
+# away (restarting: Hadoop's client retries for up to 15 minutes meanwhile)
+REPORT_RETRIES = 5  # consecutive failed report calls before a watcher gives up
+KILL_GRACE_S = 3.0  # `tfyarn kill` of a YARN job: the tasks' stop grace (the job's own is
+# not known to a client that did not submit it)
 GANG_WAIT_LOOK_S = 10.0  # a gang YARN has not given whole: why, looked up this often
 AGGREGATION_WAIT_S = 90.0  # -interact / logs --follow: for the rest of the output in `yarn logs`
 LIVE_LOG_POLL_S = 2.0  # -interact / logs --follow: each poll asks every container's
 # NodeManager for its log's new tail (one HTTP call per container)
+
+STREAM_STALL_S = 900.0  # a task reading a streamed dataset (pl_submit) that has not grown
+# for this long fails: its writer died (TFYARN_DATA_FOLLOW_S changes it)
 
 # --- client progress lines
 PROGRESS_S = 2.0  # a long copy/pack/upload/unpack says how far it is this often

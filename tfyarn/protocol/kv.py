@@ -11,6 +11,8 @@ stop request of an earlier one. Gangs are numbered 0, 1, ... per job: a restart 
 new attempt with a new gang; on YARN a gang that gave its containers back before it ran
 is followed by a new gang of the same attempt.
 Must not build or parse records' JSON (`core.records`), nor decide anything about the job.
+Long because the key schema and both stores (directory and skein) are kept side by side:
+a key added to one is seen missing from the other.
 """
 
 from __future__ import annotations
@@ -132,7 +134,7 @@ class KV(ABC):
     def expect_all(self) -> None:  # noqa: B027 - most stores need nothing
         """This process will follow and wait for keys anywhere (the driver): get ready for
         all of them now, once, before anyone puts one (skein: one watch of the whole
-        store, which every later feed and wait shares; see App.kv_follow)."""
+        store, which every later feed and wait shares; see App.kv_subscribe)."""
 
 
 class Feed(ABC):
@@ -422,7 +424,7 @@ class SkeinKV(KV):
             self.app.kv_expect(key)
 
     def expect_all(self) -> None:
-        self.app.kv_follow([SkeinFeed.EVERY_KEY]).close()
+        self.app.kv_subscribe([SkeinFeed.EVERY_KEY]).close()
 
     def put(self, key: str, value: str) -> None:
         self.app.kv_put(key, value.encode("utf-8"))
@@ -452,7 +454,7 @@ class SkeinFeed(Feed):
     def __init__(self, store: SkeinKV, dirs: Sequence[str]) -> None:
         self.store, self.dirs = store, list(dirs)
         self.ranges = {d: self.TOP if not d else (_prefix_range(d),) for d in self.dirs}
-        self.puts = store.app.kv_follow([self.EVERY_KEY])
+        self.puts = store.app.kv_subscribe([self.EVERY_KEY])
         self.first = True
 
     def next(self, timeout: float) -> dict[str, str]:

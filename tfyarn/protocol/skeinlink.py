@@ -144,15 +144,15 @@ class App:
         before the process announces what makes another put `key` (a launcher its
         address, before the driver puts the cluster spec), so that put is never missed,
         and repeated waits create nothing. A range this process already watches serves
-        it without a new watch (see `kv_follow`)."""
+        it without a new watch (see `kv_subscribe`)."""
         puts = self.watching.get(key)
         if puts is None:
             covering = [r for r in self.kept if _covers(r, key)]
-            puts = self.watching[key] = self.kv_follow(covering[:1] or [(key, key + "\0")],
+            puts = self.watching[key] = self.kv_subscribe(covering[:1] or [(key, key + "\0")],
                                                        only=key)
         return puts
 
-    def kv_follow(self, ranges: Sequence[Range], only: str | None = None) -> Puts:
+    def kv_subscribe(self, ranges: Sequence[Range], only: str | None = None) -> Puts:
         """A subscription to the puts of every key in each [start, end) range (end None:
         no bound), in one queue (of `only`'s puts alone, if given): events, not rescans.
 
@@ -200,7 +200,7 @@ class App:
 
 
 class Puts:
-    """The puts a `kv_follow` subscription queued."""
+    """The puts a `kv_subscribe` subscription queued."""
 
     def __init__(self, queue: Any) -> None:
         self.queue = queue
@@ -221,7 +221,7 @@ class Puts:
             block = False
 
     def close(self) -> None:
-        """Stop queueing (the AM's watch stays: see `App.kv_follow`)."""
+        """Stop queueing (the AM's watch stays: see `App.kv_subscribe`)."""
         with contextlib.suppress(*failures()):
             self.queue.unsubscribe_all()
 

@@ -16,8 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tfyarn.core.policy import PERMANENT
-from tfyarn.core.records import Attempt, JobTasks, RecordError, StepReport, TaskEnd
+from tfyarn.core.records import Attempt, Cause, JobTasks, RecordError, StepReport, TaskEnd
 from tfyarn.core.tfconfig import Task, natural
 from tfyarn.protocol import kv as kvmod
 
@@ -151,7 +150,7 @@ def _end(key: str, value: str) -> TaskEnd:
     try:
         return TaskEnd.from_json(value, key)
     except RecordError as exc:
-        return TaskEnd(None, str(exc), explained=True, cause=PERMANENT)
+        return TaskEnd(None, str(exc), explained=True, cause=Cause.PERMANENT)
 
 
 def ended(tasks: Mapping[str, TaskEnd]) -> list[TaskState]:

@@ -9,6 +9,7 @@ ApplicationMaster, so a job ends right even when the client that submitted it is
 locally it notices a dead client and ends the job. The rules themselves are pure
 (`tfyarn.core.policy`); this module only gathers what they need and carries them out.
 Must not run user code, nor ask which backend it runs on (`runtime/site.py` owns that).
+Long because the job's course is one loop, carried out step by step here.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from tfyarn.core.appreport import FinalStatus
 from tfyarn.core.errors import EnvironmentMissing, StoreGone, exit_code
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import (
-    REGROUP,
     Growth,
     Liveness,
     Stalls,
@@ -58,6 +59,7 @@ from tfyarn.core.records import (
     NEVER_REPORTED,
     Attempt,
     AttemptTime,
+    Cause,
     Cluster,
     JobTasks,
     JobView,
@@ -164,12 +166,13 @@ class Referee:
         if os.getppid() != self.clock.parent:  # before a signal: a dying client sends SIGTERM too
             self.clock.interrupted = "the driver's parent process (the local client) died"
         reason = self.clock.interrupted or self.job_store.get(kvmod.KILL)
-        return None if reason is None else Outcome("KILLED", f"killed: {reason}")
+        return None if reason is None else Outcome(FinalStatus.KILLED, f"killed: {reason}")
 
     def deadline_passed(self, addrs: Mapping[Task, str]) -> Outcome | None:
         now = time.monotonic()
         if self.spec.timeout_s is not None and now - self.clock.start > self.spec.timeout_s:
-            return Outcome("FAILED", f"the job ran past --timeout {self.spec.timeout_s:g} s")
+            return Outcome(FinalStatus.FAILED,
+                           f"the job ran past --timeout {self.spec.timeout_s:g} s")
         if not self.published and now - self.start > self.spec.register_timeout_s:
             missing = [str(t) for t in self.spec.tasks() if t not in addrs]
             minutes = self.spec.register_timeout_s / 60
@@ -179,7 +182,8 @@ class Referee:
                    f"{plural(self.given_back, 'time')}: the queue or cluster never had room "
                    "for every container at once; ask for less (-wn, -wm, -wc), another "
                    "--queue, or a longer -wait_time")
-            return Outcome("FAILED", f"tasks never registered within -wait_time {minutes:g} min: "
+            return Outcome(FinalStatus.FAILED,
+                           f"tasks never registered within -wait_time {minutes:g} min: "
                            f"{', '.join(missing)} "
                            f"({why})")
         return None
@@ -488,7 +492,7 @@ def run_gang(course: Course, referee: Referee, attempt: int
     tracker = Tracker(store, scoped, heartbeat_s(spec.heartbeat_timeout_s))
     while (outcome := referee.step(tracker.next(DRIVER_TICK_S))) is None:
         pass
-    if outcome.cause != REGROUP:  # a gang given back is told once, with when it asks again
+    if outcome.cause != Cause.REGROUP:  # a gang given back is told once, with when it asks again
         say(f"{outcome.state}: {outcome.message}", "driver")
     store.put(kvmod.PHASE, "stopping")
     rec = referee.last_records.get(Task.parse(outcome.task)) if outcome.task else None

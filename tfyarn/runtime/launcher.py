@@ -9,6 +9,8 @@ the driver, a signal or its parent's death says so, contain everything they star
 SIGKILLed), and publish each task's exit record as soon as it ends. It exits 0 once
 every record is out: the driver decides the job's outcome (and skein would end the
 application at once on a failed service). Must not decide anything about the job.
+Long because a container's life (register, run, contain, report) is one sequence, read
+best in one file.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from dataclasses import dataclass, field, replace
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import (
-    PERMANENT,
     docker_gpu_end,
     memory_end,
     memory_flag_for,
@@ -38,7 +39,7 @@ from tfyarn.core.policy import (
     token_end,
     token_expired,
 )
-from tfyarn.core.records import Cluster, RankTable, Started, StepReport, TaskEnd
+from tfyarn.core.records import Cause, Cluster, RankTable, Started, StepReport, TaskEnd
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import (
@@ -329,7 +330,7 @@ class Launcher:
             for task in self.args.tasks:
                 say(unfit, task)
                 self.publish(task, "-:0", None,
-                             TaskEnd(1, unfit, cause=PERMANENT, explained=True))
+                             TaskEnd(1, unfit, cause=Cause.PERMANENT, explained=True))
             return
         slots = []
         for j, task in enumerate(self.args.tasks):
