@@ -471,6 +471,41 @@ def test_status_and_ls_read_the_rm_rest_api_without_a_jvm(rest_rm, tmp_path, no_
     assert missing.returncode == 1 and "no application application_1_0404" in missing.stderr
 
 
+def test_status_is_read_in_one_place_for_the_cli_and_the_api(tmp_path, no_hadoop_env):
+    """`tfyarn status` prints what the API's Job.status() returns: one reader of YARN's
+    report (here the RM's captured answer for an application whose AM node was lost)."""
+    import http.server
+
+    from conftest import reply, serve_locally
+
+    import tfyarn
+
+    answer = (NODES / "rm-app-am-node-lost.json").read_bytes()
+    app = json.loads(answer)["app"]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            if self.path.startswith(f"/ws/v1/cluster/apps/{app['id']}?"):
+                reply(self, 200, answer)
+            else:
+                self.send_error(404)
+
+    server = serve_locally(Handler)
+    try:
+        _rm_site(tmp_path, [server.server_address[1]])
+        api = tfyarn.attach(app["id"], conf_dir=str(tmp_path)).status()
+        cli = _tfyarn("status", app["id"], "-conf", str(tmp_path), env=no_hadoop_env)
+    finally:
+        server.shutdown()
+    assert (api.state, api.final_status, api.name) == ("FAILED", "FAILED", app["name"])
+    assert api.diagnostics == app["diagnostics"] and api.tracking_url == app["trackingUrl"]
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.startswith(
+        f"application: {app['id']}\nname: {api.name}\nstate: {api.state}\nfinal status: "
+        f"{api.final_status}\ntracking URL: {api.tracking_url}\ndiagnostics:"), cli.stdout
+    assert api.diagnostics.strip() in cli.stdout
+
+
 def test_rest_ha_tries_every_rm(rest_rm, tmp_path, no_hadoop_env):
     import socket
 
