@@ -382,3 +382,41 @@ def test_the_driver_process_ends_with_its_verdict_whatever_hangs():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 3, r.stderr
     assert "still shutting down after 1 s: exiting with the verdict" in r.stderr
+
+
+class FakeClock:
+    """Time that moves only when the test moves it."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def wall(self) -> float:
+        return 1.8e9 + self.t
+
+
+def test_the_referees_deadlines_read_the_clock_it_is_given(tmp_path):
+    """-wait_time and --timeout on a clock of the test's own: no sleep, no wall time."""
+    from tfyarn.core.timing import Clock
+    from tfyarn.runtime.driver import JobLife, Referee
+    from tfyarn.runtime.gang import Gang
+
+    fake = FakeClock()
+    spec = replace(job("tensorflow-worker"), register_timeout_s=60.0, timeout_s=300.0)
+    top = kvmod.DirKV(str(tmp_path))
+    referee = Referee(spec, kvmod.Scoped(top, 0), top, Gang(top), life=JobLife(start=fake.t),
+                      start=fake.t, clock=Clock(fake.now, fake.wall))
+    one = {Task("worker", 0): "h:1"}
+    assert referee.deadline_passed(one) is None
+    fake.t += 61
+    late = referee.deadline_passed(one)
+    assert late is not None and late.state == "FAILED"
+    assert late.message.startswith("tasks never registered within -wait_time 1 min: worker:1")
+    referee.published = True  # every task registered: only --timeout is left
+    fake.t += 200
+    assert referee.deadline_passed(one) is None
+    fake.t += 40
+    over = referee.deadline_passed(one)
+    assert over is not None and over.message == "the job ran past --timeout 300 s"

@@ -89,6 +89,27 @@ def test_nothing_on_the_gateway_writes_the_process_environment():
         planted.unlink()
 
 
+def test_every_interval_is_named_in_timing_once():
+    """Intervals and timeouts (`*_S` constants) live in core/timing.py with their reason,
+    each name once; a module may only import them."""
+    import ast
+
+    elsewhere = []
+    for path in sorted((REPO / "tfyarn").rglob("*.py")):
+        if path.name == "timing.py":
+            continue
+        for node in ast.parse(path.read_text()).body:
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, ast.AnnAssign) else []
+            elsewhere += [f"{path.relative_to(REPO)}: {t.id}" for t in targets
+                          if isinstance(t, ast.Name) and t.id.endswith("_S")]
+    assert elsewhere == []
+    timing = ast.parse((REPO / "tfyarn" / "core" / "timing.py").read_text())
+    names = [t.id for n in timing.body if isinstance(n, ast.Assign) for t in n.targets
+             if isinstance(t, ast.Name)]
+    assert len(names) == len(set(names))
+
+
 def test_every_module_says_what_it_must_not_do():
     """The map's detail: each module's opening docstring says what it owns and what it
     must not do (`__main__` shims aside)."""

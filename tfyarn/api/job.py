@@ -39,6 +39,7 @@ from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.records import Outcome, TensorBoard
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
+from tfyarn.core.timing import ATTACHED_POLL_S, ATTACHED_STOP_WAIT_S
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
 
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
     from tfyarn.client.jobdir import JobDir
 
 LOCAL_PREFIX = "local_"
-POLL_S = 0.2  # a local job's files and store, looked at this often while waiting
-STOP_WAIT_S = 120.0  # an attached local job, asked to stop: its driver's answer, at most
 GONE = Outcome(FinalStatus.SUCCEEDED, "ended: its client removed the job dir, as it does after a "
                "success")
 
@@ -356,9 +355,9 @@ class _Local(_Backend):
                 raise TimeoutError(f"{self.id} still runs after {timeout:g} s")
             with contextlib.suppress(subprocess.TimeoutExpired):
                 if self.client is not None:
-                    self.client.wait(POLL_S)
+                    self.client.wait(ATTACHED_POLL_S)
                 else:
-                    time.sleep(POLL_S)
+                    time.sleep(ATTACHED_POLL_S)
         self._show_progress()
         self.close()  # the client's progress is all shown
         return self._result()
@@ -412,7 +411,7 @@ class _Local(_Backend):
             if not follow or ended:
                 yield from (p for p in partial.values() if p)
                 return
-            time.sleep(POLL_S)
+            time.sleep(ATTACHED_POLL_S)
 
     def stop(self, reason: str) -> str:
         if self.client is not None and self.client.poll() is None:
@@ -420,9 +419,9 @@ class _Local(_Backend):
             self.client.wait()
         elif self.client is None and self._outcome() is None:
             self.store.put(kvmod.KILL, reason)  # the driver stops every task
-            deadline = time.monotonic() + STOP_WAIT_S
+            deadline = time.monotonic() + ATTACHED_STOP_WAIT_S
             while self._outcome() is None and time.monotonic() < deadline:
-                time.sleep(POLL_S)
+                time.sleep(ATTACHED_POLL_S)
         self._show_progress()
         out = self._outcome()
         return out.state if out is not None else "RUNNING"

@@ -28,10 +28,10 @@ from typing import Any
 from tfyarn.core.errors import JobFailed, SpecError
 from tfyarn.core.records import Outcome
 from tfyarn.core.settings import Settings
+from tfyarn.core.timing import PIPELINE_POLL_S
 from tfyarn.data import program as prog
 
 PROGRAM_MAIN = '"${TFYARN_PYTHON:-python3}" -m tfyarn.data.program'
-POLL_S = 0.5  # the training job and the writes, looked at this often
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +203,7 @@ class _Run:
 
     def _wait_first(self) -> None:
         """Until the first shard is committed; Spark's failure before it submits nothing."""
-        while not self.first.wait(POLL_S) and self.writer.is_alive():
+        while not self.first.wait(PIPELINE_POLL_S) and self.writer.is_alive():
             pass
         if not self.pipeline:
             self.writer.join()
@@ -215,7 +215,7 @@ class _Run:
         """The training job's end; Spark's failure stops it, its failure stops Spark."""
         while True:
             try:
-                return job.wait(POLL_S if self.writer.is_alive() else None)
+                return job.wait(PIPELINE_POLL_S if self.writer.is_alive() else None)
             except TimeoutError:
                 if self.writer.reason:
                     self.say(f"Spark failed: {self.writer.reason}; stopping the training job")

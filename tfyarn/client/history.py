@@ -40,6 +40,7 @@ from tfyarn.core.appreport import AppReport
 from tfyarn.core.errors import EnvironmentMissing, TfYarnError
 from tfyarn.core.jobspec import acl_admits
 from tfyarn.core.records import JobView, RecordError
+from tfyarn.core.timing import VIEWER_TTL_S
 from tfyarn.hdfs import spnego, webhdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime.jobpage import STYLE, render
@@ -380,7 +381,6 @@ def _took(r: Listed, now: float) -> str:
 
 
 VIEWER_COOKIE = "tfyarn-viewer"
-VIEWER_TTL_S = 3600  # a viewer's login is checked again (SPNEGO) after this
 
 
 @dataclass

@@ -20,11 +20,10 @@ import tempfile
 from collections.abc import Iterator, Mapping
 
 from tfyarn.core.errors import EnvironmentMissing, SpecError
+from tfyarn.core.timing import KLIST_TIMEOUT_S
 from tfyarn.hdfs.siteconf import kerberized
 from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.runtime.keytab import kinit
-
-KLIST_TIMEOUT_S = 10.0
 
 
 def keytab_principals(path: str) -> list[str]:

@@ -25,10 +25,8 @@ from typing import Any
 
 from tfyarn.core.appreport import AppReport
 from tfyarn.core.errors import EnvironmentMissing, SpecError, TfYarnError
+from tfyarn.core.timing import CLASSPATH_TIMEOUT_S, WARM_STOP_S
 from tfyarn.protocol.skeinlink import App, failures, tfyarns_skein
-
-CLASSPATH_TIMEOUT_S = 60.0  # `yarn classpath` for skein's JVM: a shell script, milliseconds
-WARM_STOP_S = 10.0  # `tfyarn skein-driver stop`: the JVM's own shutdown, before it is killed
 
 
 class YarnUnreachable(TfYarnError):

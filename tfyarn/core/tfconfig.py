@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from tfyarn.core.records import Rank
+from tfyarn.core.timing import HOROVOD_GLOO_TIMEOUT_S
 
 TASK_TYPES = ("ps", "chief", "worker")
 
@@ -143,7 +144,6 @@ def tf_env(cluster: Mapping[str, Sequence[str]], task: Task, job_id: str) -> dic
 
 # -------------------------------------------------------- allreduce (tensorflow-mpi, pytorch)
 
-HOROVOD_GLOO_TIMEOUT_S = 600  # Horovod's default is 30 s; containers start minutes apart
 
 
 def allreduce_ranks(addresses: Mapping[Task, str]) -> dict[Task, Rank]:

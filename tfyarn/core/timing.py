@@ -1,11 +1,28 @@
 """Every interval and timeout tfyarn uses, in one place, each with why it has its value.
 
 Job-level knobs a user can set (-wait_time, --timeout, --heartbeat-timeout) have their
-defaults here; the JobSpec carries the chosen values to every process.
-Must not hold anything but numbers.
+defaults here; the JobSpec carries the chosen values to every process. `Clock` is where
+a loop reads the time, passed in so that a test can decide on a clock of its own.
+Must not hold anything but numbers and the clock's type.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Clock:
+    """`now`: monotonic seconds (intervals, deadlines); `wall`: epoch seconds (what is
+    shown and kept)."""
+
+    now: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
+
+
+SYSTEM = Clock()  # the process's own
 
 # --- defaults of job options
 STOP_GRACE_S = 3.0  # SIGTERM -> SIGKILL for a task's processes (MWMS workers ignore SIGTERM)
@@ -101,6 +118,21 @@ STREAM_STALL_S = 900.0  # a task reading a streamed dataset (pl_submit) that has
 # --- client progress lines
 PROGRESS_S = 2.0  # a long copy/pack/upload/unpack says how far it is this often
 PROGRESS_MIN_BYTES = 64 * 2**20  # smaller steps take well under a second: stay quiet
+
+# --- gathered from the modules that use them, each under one name
+ATTACHED_POLL_S = 0.2  # the API's local job: its files and store, looked at this often
+ATTACHED_STOP_WAIT_S = 120.0  # an attached local job, asked to stop: its driver's answer, at most
+PIPELINE_POLL_S = 0.5  # pl_submit: the training job and the writes, looked at this often
+SHARD_CLAIM_POLL_S = 0.25  # a streamed write's Spark driver: newly claimed shards
+STREAM_POLL_S = 0.25  # a streamed dataset's manifest, looked at this often while waiting
+DOCKER_PROBE_TIMEOUT_S = 20.0  # `docker version` on a node: a daemon that does not answer is named
+KINIT_TIMEOUT_S = 30.0  # one kinit (a KDC that hangs is named)
+PEER_REQUEST_TIMEOUT_S = 10.0  # a peer (of a job page, a rendezvous) sending half a request
+CLASSPATH_TIMEOUT_S = 60.0  # `yarn classpath` for skein's JVM: a shell script, milliseconds
+WARM_STOP_S = 10.0  # `tfyarn skein-driver stop`: the JVM's own shutdown, before it is killed
+VIEWER_TTL_S = 3600.0  # `tfyarn history`: a viewer's login is checked again (SPNEGO) after this
+KLIST_TIMEOUT_S = 10.0  # one klist (the login check before a submit)
+HOROVOD_GLOO_TIMEOUT_S = 600  # Horovod's gloo (default 30 s): containers start minutes apart
 
 # --- process containment
 KILL_ROUNDS = 50  # sweeps for processes still alive after SIGKILL (forks racing the sweep)

@@ -29,14 +29,13 @@ from typing import IO, Any
 
 from tfyarn.core.errors import SpecError, TfYarnError
 from tfyarn.core.tfconfig import Task, parse_tf_config
-from tfyarn.core.timing import STREAM_STALL_S
+from tfyarn.core.timing import STREAM_POLL_S, STREAM_STALL_S
 from tfyarn.data import example as ex
 from tfyarn.data.manifest import NAME, Manifest, Shard, split
 
 DATA_VAR = "TFYARN_DATA"  # the job's --data paths, comma-separated
 SCHEMA_VAR = "TFYARN_DATA_SCHEMA"  # the first one's columns (JSON)
 FOLLOW_VAR = "TFYARN_DATA_FOLLOW_S"  # a streamed dataset that grows not for this long fails
-POLL_S = 0.25  # a streamed dataset's manifest, looked at this often while waiting
 CHUNK_BYTES = 8 << 20  # TFRecord bytes the C decoder is given at once
 ROWS_AT_ONCE = 4096  # rows() decodes this many at a time
 
@@ -156,7 +155,7 @@ class StreamShare:
                                   f"{self.limit:.0f} s and is not sealed: its writer stopped "
                                   f"(set {FOLLOW_VAR} to wait longer)")
             elif k >= len(self.known) and not self.sealed:
-                time.sleep(POLL_S)  # polling the writer's manifest, not ordering events
+                time.sleep(STREAM_POLL_S)  # polling the writer's manifest, not ordering events
         return self.known[k] if k < len(self.known) else None
 
     def _look(self) -> None:

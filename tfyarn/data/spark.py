@@ -45,13 +45,13 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from tfyarn.core.errors import SpecError
+from tfyarn.core.timing import SHARD_CLAIM_POLL_S
 from tfyarn.data import columnar
 from tfyarn.data import example as ex
 from tfyarn.data.manifest import FORMATS, NAME, STREAMED, Column, Manifest, Shard
 from tfyarn.hdfs import siteconf
 
 GENERATION_PREFIX = ".tfyarn-"
-POLL_S = 0.25  # the driver looks for newly claimed shards this often
 
 # Spark type name -> Example kind
 KINDS = {"bigint": ex.INT64, "int": ex.INT64, "smallint": ex.INT64, "tinyint": ex.INT64,
@@ -298,7 +298,7 @@ class _Grower:
 
     def watch(self, stop: threading.Event) -> None:
         try:
-            while not stop.wait(POLL_S):
+            while not stop.wait(SHARD_CLAIM_POLL_S):
                 self.poll()
         except Exception as exc:  # kept, raised by commit on the driver's thread
             self.error = exc

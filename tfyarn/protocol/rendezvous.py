@@ -16,12 +16,12 @@ import socket
 import threading
 from collections.abc import Iterable
 
+from tfyarn.core.timing import PEER_REQUEST_TIMEOUT_S
 from tfyarn.system.serving import Serving, tcp_peer_uid
 
 MAX_VALUE = 1 << 20  # one PUT's body: gloo's values are addresses and rank tables (~KB)
 MAX_KEYS = 65536  # keys held at once (a 512-rank job stores a few thousand)
 MAX_BYTES = 64 << 20  # all values together
-REQUEST_TIMEOUT_S = 10.0  # a peer that sends half a request is dropped
 
 
 def addresses(hosts: Iterable[str]) -> frozenset[str]:
@@ -94,7 +94,7 @@ class RendezvousServer:
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            timeout = REQUEST_TIMEOUT_S
+            timeout = PEER_REQUEST_TIMEOUT_S
 
             def _reply(self, code: int, body: bytes = b"") -> None:
                 self.send_response(code)

@@ -21,11 +21,12 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from tfyarn.core.timing import DOCKER_PROBE_TIMEOUT_S
+
 RUNTIMES = ("auto", "tfyarn", "yarn")
 LABEL_JOB = "tfyarn.job"  # the job id (application id on YARN): `docker ps --filter`
 LABEL_LAUNCHER = "tfyarn.launcher"  # one launcher's containers, for its watchdog
 LABEL_HOST = "tfyarn.host"  # the node that started it (the sandbox kills a node's)
-PROBE_TIMEOUT_S = 20.0
 # `-c` is run by bash, as on the node, where the image has one (bash execs a lone command,
 # so tini's signals reach it); else by the image's sh.
 BASH_IF_THERE = 'command -v bash >/dev/null 2>&1 && exec bash -c "$1"; exec /bin/sh -c "$1"'
@@ -137,12 +138,12 @@ def unusable(env: Mapping[str, str] | None = None) -> str | None:
     """None if this node's docker daemon answers this user, else why not (its words)."""
     try:
         r = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
-                           capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                           capture_output=True, text=True, timeout=DOCKER_PROBE_TIMEOUT_S,
                            env=None if env is None else dict(env), check=False)
     except FileNotFoundError:
         return "no docker command on its PATH"
     except subprocess.TimeoutExpired:
-        return f"`docker info` did not answer in {PROBE_TIMEOUT_S:.0f} s"
+        return f"`docker info` did not answer in {DOCKER_PROBE_TIMEOUT_S:.0f} s"
     if r.returncode == 0:
         return None
     lines = [x.strip() for x in r.stderr.splitlines() if x.strip()]

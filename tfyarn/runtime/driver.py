@@ -80,8 +80,10 @@ from tfyarn.core.timing import (
     PAGE_DELAY_S,
     PAGE_START_WAIT_S,
     STOP_REPORT_S,
+    SYSTEM,
     TENSORBOARD_DONE_SLACK_S,
     VERDICT_EXIT_S,
+    Clock,
     heartbeat_s,
 )
 from tfyarn.protocol import kv as kvmod
@@ -96,9 +98,9 @@ if TYPE_CHECKING:  # both load http.server (~15 ms): imported where used, off th
 
 
 @dataclass
-class JobClock:
-    """What outlives one attempt: the job's start (for --timeout), the client process
-    that started the driver, and a signal the driver received."""
+class JobLife:
+    """What outlives one attempt: the job's start (for --timeout, on the monotonic
+    clock), the client process that started the driver, and a signal it received."""
 
     start: float = field(default_factory=time.monotonic)
     parent: int = field(default_factory=os.getppid)
@@ -144,8 +146,9 @@ class Referee:
     job_store: kvmod.KV
     gang: gangmod.Gang
     gang_no: int = 0
-    clock: JobClock = field(default_factory=JobClock)
+    life: JobLife = field(default_factory=JobLife)
     start: float = field(default_factory=time.monotonic)
+    clock: Clock = SYSTEM  # where its decisions read the time
     patience: float = float("inf")  # a partial gang gives back after this (Contention)
     given_back: int = 0  # partial gangs of this attempt given back so far
     published: bool = False
@@ -163,14 +166,14 @@ class Referee:
         self.stalls = Stalls(self.spec.stall_timeout_s)
 
     def external_stop(self) -> Outcome | None:
-        if os.getppid() != self.clock.parent:  # before a signal: a dying client sends SIGTERM too
-            self.clock.interrupted = "the driver's parent process (the local client) died"
-        reason = self.clock.interrupted or self.job_store.get(kvmod.KILL)
+        if os.getppid() != self.life.parent:  # before a signal: a dying client sends SIGTERM too
+            self.life.interrupted = "the driver's parent process (the local client) died"
+        reason = self.life.interrupted or self.job_store.get(kvmod.KILL)
         return None if reason is None else Outcome(FinalStatus.KILLED, f"killed: {reason}")
 
     def deadline_passed(self, addrs: Mapping[Task, str]) -> Outcome | None:
-        now = time.monotonic()
-        if self.spec.timeout_s is not None and now - self.clock.start > self.spec.timeout_s:
+        now = self.clock.now()
+        if self.spec.timeout_s is not None and now - self.life.start > self.spec.timeout_s:
             return Outcome(FinalStatus.FAILED,
                            f"the job ran past --timeout {self.spec.timeout_s:g} s")
         if not self.published and now - self.start > self.spec.register_timeout_s:
@@ -195,11 +198,11 @@ class Referee:
     def records(self, snap: Snapshot) -> dict[Task, TaskEnd]:
         """Exit records, plus a lost record for every launcher that died or went silent
         before reporting, and the cluster's word on containers it ended."""
-        now = time.monotonic()
+        now = self.clock.now()
         for task in snap.addrs:
             self.liveness.observe(task, snap.beats.get(task), now)
         silent = self.liveness.silent(now, snap.exits)
-        lost = {t: lost_record(s, time.time()) for t, s in silent.items()}
+        lost = {t: lost_record(s, self.clock.wall()) for t, s in silent.items()}
         records = merge_records(snap.exits, {**lost, **snap.lost}, self.ends())
         self.publish_lost(snap, records)
         return records
@@ -408,7 +411,7 @@ class Course:
     spec: JobSpec
     store: kvmod.KV
     gang: gangmod.Gang
-    clock: JobClock
+    life: JobLife
     advertise_host: str
     contention: Contention
     earlier: list[Attempt] = field(default_factory=list)  # how earlier attempts ended
@@ -431,7 +434,7 @@ def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEn
     while True:
         course.gang.start(course.gang_no, attempt, course.earlier, course.memory)
         referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
-                          course.gang, course.gang_no, course.clock, start,
+                          course.gang, course.gang_no, course.life, start,
                           advertise_host=course.advertise_host, given_back=given_back,
                           steps=steps)
         if course.gang.tells_ends:
@@ -523,7 +526,7 @@ def yield_to_the_owed_queue(course: Course, attempt: int) -> Outcome | None:
     say(words, "driver")
     course.store.put(kvmod.PHASE, f"waiting for resources: {words}")
     referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
-                      course.gang, course.gang_no, course.clock)
+                      course.gang, course.gang_no, course.life)
     stop = hold_off(referee, wait)
     return None if stop is None else replace(stop, attempt=attempt)
 
@@ -533,10 +536,10 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
     """Drive the job to its end, restarting the whole gang after a failure the restart
     policy accepts, and publish the final status."""
     gang = gang or gangmod.Gang(store)
-    clock = JobClock()
+    life = JobLife()
     if threading.current_thread() is threading.main_thread():
-        _trap_signals(clock)
-    course = Course(spec, store, gang, clock, advertise_host,
+        _trap_signals(life)
+    course = Course(spec, store, gang, life, advertise_host,
                     Contention(spec.yarn.gang_patience_s))
     attempt = 0
     store.expect_all()  # first: the one watch every gang's feed and wait shares
@@ -586,9 +589,9 @@ def _clear(gang: gangmod.Gang, gang_no: int) -> None:
         say(f"could not kill gang {gang_no}'s leftover containers: {exc!r}", "driver")
 
 
-def _trap_signals(clock: JobClock) -> None:
+def _trap_signals(life: JobLife) -> None:
     def handler(signum: int, _frame: object) -> None:
-        clock.interrupted = f"the driver received {signal.Signals(signum).name}"
+        life.interrupted = f"the driver received {signal.Signals(signum).name}"
 
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, handler)

@@ -16,7 +16,6 @@ Must not decide whether a gang starts (the driver and `core.policy` do).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +26,7 @@ from tfyarn.core.policy import GangWait, memory_flag_for, yarn_end
 from tfyarn.core.records import Attempt, TaskEnd, Wanted
 from tfyarn.core.say import say
 from tfyarn.core.tfconfig import Task
-from tfyarn.core.timing import CONTAINER_POLL_S
+from tfyarn.core.timing import CONTAINER_POLL_S, SYSTEM, Clock
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import App
 
@@ -78,7 +77,7 @@ class _Poll:
     finished: set[Task] = field(default_factory=set)  # containers that ended, any state
     held: int = 0  # containers YARN has given (running or ended)
     asked: int = 0  # containers asked for and not given yet
-    given_at: float = field(default_factory=time.monotonic)  # when `held` last grew
+    given_at: float = 0.0  # when `held` last grew (at first: when the gang was asked for)
 
 
 class SkeinGang(Gang):
@@ -86,10 +85,12 @@ class SkeinGang(Gang):
 
     tells_ends = True
 
-    def __init__(self, store: kvmod.KV, app: App, spec: JobSpec) -> None:
+    def __init__(self, store: kvmod.KV, app: App, spec: JobSpec,
+                 clock: Clock = SYSTEM) -> None:
         super().__init__(store)
         self.app = app
         self.spec = spec
+        self.clock = clock
         self.containers = {c.name: c for c in spec.containers()}
         # gang -> skein container id ("worker-1_0") -> its tfyarn container's name
         self.ids: dict[int, dict[str, str]] = {0: {f"{c.name}_0": c.name
@@ -108,7 +109,7 @@ class SkeinGang(Gang):
         the ResourceManager every 5 s while it wants nothing, every 1 s while it waits
         for containers, so asking early saves up to 5 s, and makes YARN's word on the
         failed container come sooner too."""
-        self.polls.setdefault(gang, _Poll())
+        self.polls.setdefault(gang, _Poll(given_at=self.clock.now()))
         if gang in self.ids:
             return True
         self.memory[gang] = dict(memory)
@@ -130,13 +131,13 @@ class SkeinGang(Gang):
         poll = self._poll(gang)
         if poll.at < 0:
             return None  # never read
-        return GangWait(poll.held, poll.asked, time.monotonic() - poll.given_at)
+        return GangWait(poll.held, poll.asked, self.clock.now() - poll.given_at)
 
     def _poll(self, gang: int) -> _Poll:
         """At most one skein call per CONTAINER_POLL_S; the AM itself learns of a
         finished container within its allocate heartbeat (1-5 s)."""
-        poll = self.polls.setdefault(gang, _Poll())
-        if time.monotonic() - poll.at < CONTAINER_POLL_S:
+        poll = self.polls.setdefault(gang, _Poll(given_at=self.clock.now()))
+        if self.clock.now() - poll.at < CONTAINER_POLL_S:
             return poll
         mine = self.ids.get(gang, {})
         try:
@@ -145,7 +146,7 @@ class SkeinGang(Gang):
             # and the heartbeat timeout finds it
             say(f"could not read the containers' states: {exc!r}", "driver")
             return poll
-        poll.at = time.monotonic()
+        poll.at = self.clock.now()
         held = asked = 0
         for c in every:
             container = self.containers.get(mine.get(c.id, ""))
@@ -171,7 +172,7 @@ class SkeinGang(Gang):
         flag = memory_flag_for(container.tasks[0].type)
         node = (c.yarn_node_http_address or "").rsplit(":", 1)[0]
         mb = self.memory.get(gang, {}).get(container.role, container.resources.memory_mb)
-        rec = yarn_end(c.exit_message or "", mb, flag, time.time(), node)
+        rec = yarn_end(c.exit_message or "", mb, flag, self.clock.wall(), node)
         for task in container.tasks:
             poll.ends.setdefault(task, rec)
 

@@ -21,12 +21,11 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from tfyarn.core.timing import KEYTAB_RELOGIN_S
+from tfyarn.core.timing import KEYTAB_RELOGIN_S, KINIT_TIMEOUT_S
 
 PRINCIPAL_VAR = "TFYARN_KRB5_PRINCIPAL"  # a keytab came with the job, for this principal
 KEYTAB_FILE = ".tfyarn-krb5.keytab"  # its name in each container's work dir
 CCACHE_FILE = ".tfyarn-krb5cc"  # the tasks' ticket cache, next to it
-KINIT_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from tfyarn.core.timing import PEER_REQUEST_TIMEOUT_S
+
 COOKIE = f"tfyarn-token-{os.geteuid()}"  # one per user: two users' pages in one browser
-REQUEST_TIMEOUT_S = 10.0
 FORBIDDEN = (b"403: this page is its owner's alone. Locally, open it with the URL tfyarn "
              b"printed (it ends in ?token=...; the token is in the owner's "
              b"~/.tfyarn/web-token); on YARN, through the application's tracking URL.\n")
@@ -67,7 +68,7 @@ def http_server(host: str, port: int, answer: Callable[[Any], None],
     import http.server  # ~15 ms: where a server is wanted, not where this is imported
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        timeout = REQUEST_TIMEOUT_S  # a client that sends half a request is dropped
+        timeout = PEER_REQUEST_TIMEOUT_S  # a client that sends half a request is dropped
         extra_headers: tuple[tuple[str, str], ...] = ()
 
         def do_GET(self) -> None:  # noqa: N802
