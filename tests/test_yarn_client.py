@@ -313,7 +313,9 @@ class AwayClient(StandInClient):
         return super().application_report(app_id)
 
 
-def test_watcher_says_once_that_the_rm_is_away_and_once_that_it_is_back(monkeypatch):
+@pytest.fixture
+def told(monkeypatch):
+    """What the watcher says, kept; and an event set once it says the RM is away."""
     import threading
 
     said, away = [], threading.Event()
@@ -324,6 +326,11 @@ def test_watcher_says_once_that_the_rm_is_away_and_once_that_it_is_back(monkeypa
             away.set()
 
     monkeypatch.setattr(watch, "say", record)
+    return said, away
+
+
+def test_watcher_says_once_that_the_rm_is_away_and_once_that_it_is_back(told):
+    said, away = told
     client = AwayClient([_rep("RUNNING"), _rep("RUNNING"), _rep("RUNNING"),
                          _rep("FINISHED", "SUCCEEDED")], away)
     assert watch.Watcher(Yarn(client), "application_1_0007", _spec(), poll_s=0.01,
@@ -332,19 +339,10 @@ def test_watcher_says_once_that_the_rm_is_away_and_once_that_it_is_back(monkeypa
     assert len([s for s in said if "the ResourceManager answers again" in s]) == 1, said
 
 
-def test_status_and_logs_wait_out_an_absent_resourcemanager(monkeypatch):
+def test_status_and_logs_wait_out_an_absent_resourcemanager(told):
     """`tfyarn status` / `logs` read their report through `ride_through`: the RM away is
     said once, its return once, and the report comes back."""
-    import threading
-
-    said, away = [], threading.Event()
-
-    def record(text, *_a, **_k):
-        said.append(text)
-        if "does not answer" in text:
-            away.set()
-
-    monkeypatch.setattr(watch, "say", record)
+    said, away = told
     reports = watch.Reports(Yarn(AwayClient([_rep("RUNNING"), _rep("RUNNING")], away)),
                             "application_1_0008", poll_s=0.01, away_s=0.05)
     assert str(watch.ride_through(reports).state) == "RUNNING"  # the first call answers
