@@ -18,10 +18,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the one process-table reader of the checks
+import interrupting  # noqa: E402
 import proctable  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "adult"
 APP_ID = re.compile(r"^application_\d+_\d+$")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    interrupting.as_from_a_terminal()
 
 
 def pytest_addoption(parser):

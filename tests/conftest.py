@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import interrupting
 import proctable
 import pytest
 
@@ -16,6 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "adult"
 CENSUS = REPO / "examples" / "census" / "census_single.py"
 FIXTURES = REPO.parent / "shared" / "fixtures" / "hadoop-3.3.6"  # what Hadoop 3.3.6 returns
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    interrupting.as_from_a_terminal()
 
 
 def real_memory_kill_message() -> str:

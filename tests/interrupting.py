@@ -1,6 +1,7 @@
 """Ctrl-C in `Job.wait()`, for the unit and the integration API tests: Python's own SIGINT
-handler (as a Jupyter kernel has), and a thread that sends SIGINT once the job's tasks
-run, recording (not hiding) a failure of its look at the tasks."""
+handler (as a Jupyter kernel has; and for the whole suite, as from a terminal), and a
+thread that sends SIGINT once the job's tasks run, recording (not hiding) a failure of
+its look at the tasks."""
 
 from __future__ import annotations
 
@@ -13,6 +14,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from tfyarn.protocol.taskstate import State
+
+
+def as_from_a_terminal() -> None:
+    """The suite runs alike from a terminal, `nohup ... &` or cron. A shell that starts it
+    in the background leaves SIGINT ignored, and every process a test starts (el_submit,
+    a task, a kernel) would inherit that; with Python's own handler in the test process,
+    they start with the default, as from a terminal."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @contextmanager

@@ -157,6 +157,18 @@ def test_ctrl_c_in_wait_stops_the_job_and_leaves_nothing(python_sigint):
     assert job_processes(job.id) == []
 
 
+def test_the_ctrl_c_test_passes_with_sigint_ignored_as_nohup_leaves_it():
+    """`nohup pytest ... &` (or cron) starts Python with SIGINT ignored: the ctrl-c test
+    sets the handling it relies on, so it passes there too instead of hanging."""
+    from conftest import REPO
+
+    test = f"{REPO}/tests/test_api.py::test_ctrl_c_in_wait_stops_the_job_and_leaves_nothing"
+    out = subprocess.run(["bash", "-c", f'trap "" INT; exec "$0" -m pytest -q -p '
+                          f'no:cacheprovider {test}', sys.executable],
+                         capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-3000:]
+
+
 def test_attach_reads_a_job_started_by_el_submit(el_submit):
     started = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker",
                                 "-wn", "2", "--local", "-c", "sleep 300"],

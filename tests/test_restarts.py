@@ -14,7 +14,7 @@ from conftest import job_processes, real_memory_kill_message
 
 from tfyarn.core import policy
 from tfyarn.core.jobspec import JobSpec, Resources, Role
-from tfyarn.core.records import Outcome, TaskEnd
+from tfyarn.core.records import Cause, Outcome, TaskEnd
 from tfyarn.core.tfconfig import Task
 
 # worker:1 kills itself with SIGKILL in attempt 0 only; everyone else sleeps a moment
@@ -159,7 +159,7 @@ SPEC = JobSpec("t", "tensorflow-worker", (Role("worker", 2, Resources(256, 1)),)
 
 
 def test_exit_causes():
-    retry, perm = policy.RETRYABLE, policy.PERMANENT
+    retry, perm = Cause.RETRYABLE, Cause.PERMANENT
     cases = [(TaskEnd(-9), retry), (TaskEnd(137), retry), (TaskEnd(255), retry),
              (TaskEnd(1), perm), (TaskEnd(127), perm), (TaskEnd(None, lost=True), retry),
              (TaskEnd(-15, "launcher received SIGTERM", stopped=True), retry)]
@@ -173,19 +173,19 @@ REAL_MEMORY_KILL = real_memory_kill_message()
 def test_yarn_container_ends():
     """skein's exit messages for YARN's exit statuses (-104/-103 memory, -102
     preemption, -100 lost node, -101 disks, a killed container process)."""
-    memory_kill = (policy.PERMANENT, "container killed for exceeding its memory: raise -wm "
+    memory_kill = (Cause.PERMANENT, "container killed for exceeding its memory: raise -wm "
                    "(now 256 MB)")
     cases = {
         REAL_MEMORY_KILL: memory_kill,  # what Hadoop 3.3.6 + skein 0.8.2 really say
-        "Container preempted by scheduler": (policy.RETRYABLE, "was preempted by YARN"),
+        "Container preempted by scheduler": (Cause.RETRYABLE, "was preempted by YARN"),
         # a lost node, and a gracefully decommissioned one after its timeout (captured)
-        "Container released on a *lost* node": (policy.RETRYABLE, "was lost with its node"),
+        "Container released on a *lost* node": (Cause.RETRYABLE, "was lost with its node"),
         # -101: the NodeManager's ContainerLaunch wording (Hadoop 3.3.6 source; bad disks
         # between allocation and launch cannot be staged on the sandbox)
         "Most of the disks failed. 1/1 local-dirs usable space is below configured "
-        "utilization percentage/no more usable space": (policy.RETRYABLE, "disk failure"),
+        "utilization percentage/no more usable space": (Cause.RETRYABLE, "disk failure"),
         "Container failed during execution, see logs for more information.":
-            (policy.RETRYABLE, "its container's process died"),
+            (Cause.RETRYABLE, "its container's process died"),
     }
     for message, (cause, words) in cases.items():
         rec = policy.yarn_end(message, 256, "-wm", 1.0)
@@ -200,17 +200,17 @@ def test_yarn_word_wins_over_a_stopped_record():
     merged = policy.merge_records({t: stopped}, {}, {t: memory})
     assert merged[t].yarn and merged[t].time == 5.0
     out = policy.decide(SPEC, merged)
-    assert out.cause == policy.PERMANENT and not policy.restart_after(SPEC, out, 0)
+    assert out.cause == Cause.PERMANENT and not policy.restart_after(SPEC, out, 0)
     # YARN's SIGTERM may reach the task before the launcher knows it is stopping
     killed = TaskEnd(-15, time=5.0)
-    assert policy.merge_records({t: killed}, {}, {t: memory})[t].cause == policy.PERMANENT
+    assert policy.merge_records({t: killed}, {}, {t: memory})[t].cause == Cause.PERMANENT
     exited = TaskEnd(3, time=5.0)  # the task's own exit code is what counts
     assert policy.merge_records({t: exited}, {}, {t: memory})[t] == exited
 
 
 def test_restart_rules():
     failed = Outcome("FAILED", "worker:1 was killed by SIGKILL", "worker:1",
-                            cause=policy.RETRYABLE)
+                            cause=Cause.RETRYABLE)
     assert policy.restart_after(SPEC, failed, 0) and policy.restart_after(SPEC, failed, 1)
     assert not policy.restart_after(SPEC, failed, 2)  # 3 attempts used
     for ending in (Outcome("KILLED", "killed: test"),
@@ -230,11 +230,11 @@ def test_yarn_words_captured_on_the_three_node_sandbox_are_classified():
         text = (fixtures / f"{name}.stderr").read_text()
         words[name] = re.search(r"\[YARN: ([^\]]+)\]", text).group(1)
     lost = policy.yarn_end(words["el_submit-node-lost-no-restart"], 256, "-wm", 1.0, "127.0.0.3")
-    assert policy.cause_of(lost) == policy.RETRYABLE
+    assert policy.cause_of(lost) == Cause.RETRYABLE
     assert policy.describe_exit(Task("worker", 0), lost).startswith(
         "worker:0 was lost with its node 127.0.0.3 [YARN: Container released on a *lost* node]")
     preempted = policy.yarn_end(words["el_submit-preempted-restarted"], 256, "-wm", 1.0)
-    assert policy.cause_of(preempted) == policy.RETRYABLE
+    assert policy.cause_of(preempted) == Cause.RETRYABLE
     assert "was preempted by YARN [YARN: Container preempted by scheduler]" in \
         policy.describe_exit(Task("worker", 0), preempted)
 
@@ -250,7 +250,7 @@ def test_goodput_counts_the_work_a_restart_did_again_as_lost():
         first.observe({Task("worker", 0): StepReport(step, t, 1.0, {}, 0, 100.0)})
     for t, step in ((180.0, 40), (199.0, 79)):
         second.observe({Task("worker", 0): StepReport(step, t, 2.0, {}, 40, 180.0)})
-    failed = Outcome("FAILED", "stalled", "worker:0", cause=policy.RETRYABLE)
+    failed = Outcome("FAILED", "stalled", "worker:0", cause=Cause.RETRYABLE)
     spans = [(policy.attempt_time(0, 95.0, 170.0, failed, first), first),
              (policy.attempt_time(1, 172.0, 200.0, Outcome("SUCCEEDED", "ok"), second), second)]
     g = policy.goodput(spans, 105.0)
@@ -284,7 +284,7 @@ def test_a_failure_on_losing_a_peer_is_decided_by_the_peer():
     assert policy.blame_the_peer(w0, first, {}) is None  # no word yet: it waits
     peer = policy.yarn_end(CONTAINER_FAILED, 2048, "-wm", 7.0)
     blamed = policy.blame_the_peer(w0, first, {w1: peer, w0: first})
-    assert blamed.task == "worker:1" and blamed.cause == policy.RETRYABLE
+    assert blamed.task == "worker:1" and blamed.cause == Cause.RETRYABLE
     assert blamed.message.startswith("worker:1 was killed: its container's process died")
     assert blamed.message.endswith("(worker:0 then failed on losing it)")
     # the code's own failure is not a peer's doing, whatever else ended
