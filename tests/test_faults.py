@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -197,11 +198,11 @@ def test_signals_to_el_submit(tmp_path, sig, code, words):
 
 
 def test_second_ctrl_c_kills_at_once_and_a_third_cannot_skip_cleanup(tmp_path):
-    # Tasks ignore SIGTERM: an orderly stop would take the whole 3 s grace.
+    # Tasks ignore SIGTERM: an orderly stop would take the whole 3 s grace, after which
+    # each launcher says how its task ended. Killed at once, no launcher gets to say it.
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "3", "--local",
                       "-c", "trap '' TERM; setsid sleep 300 & sleep 300")
     wait_for(lambda: len(running(job, "sleep 300")) >= 6, what="tasks and daemons")
-    t0 = time.monotonic()
     lines = stderr_lines(proc)
     proc.send_signal(signal.SIGINT)
     said = next_line(lines, "stopping every task (send it again")  # the first one arrived
@@ -210,8 +211,8 @@ def test_second_ctrl_c_kills_at_once_and_a_third_cannot_skip_cleanup(tmp_path):
     proc.send_signal(signal.SIGINT)  # a third, during the clean-up
     proc.wait(timeout=60)
     err = "".join(said) + "".join(iter(lines.get, None))
-    assert time.monotonic() - t0 < 2.5, err
     assert proc.returncode == 130 and "killing every task now" in err, err
+    assert not re.search(r"\] tfyarn: worker:\d: (exit code|stopped)", err), err
     assert job_processes(job) == []
 
 
