@@ -115,8 +115,10 @@ class Job:
             raise
 
     def logs(self, task: str | None = None, follow: bool = False) -> Iterator[str]:
-        """Lines of output (one task's, or every task's prefixed `[task] `); with
-        `follow`, as they come until the job ends, each line once."""
+        """Lines of output, one task's or every task's (a container of several tasks
+        prefixes each line `[task] `): an ended YARN job's as `yarn logs` gives them, a
+        local job's each container's file after a `===== FILE` line; with `follow`, as
+        they come until the job ends, each line once."""
         if task is not None:
             _task(task)
         return self._backend.logs(task, follow)

@@ -85,7 +85,7 @@ def open_file(url: str, login: Any = None) -> Iterator[IO[bytes]]:
         site.update(siteconf.read_site(os.path.join(conf_dir, name)))
     # a gateway signs in itself (ticket cache, keytab); a container has tokens only
     how = siteconf.route(url, site, spnego=settings.token_file is None,
-                         tf_schemes=_tf_schemes())
+                         tf_schemes=_tf_schemes() if "://" in url else ())
     if how == "file":
         with open(url.removeprefix("file://"), "rb") as f:
             yield f
@@ -111,7 +111,7 @@ def open_file(url: str, login: Any = None) -> Iterator[IO[bytes]]:
 def _tf_schemes() -> tuple[str, ...]:
     """The schemes TensorFlow reads, where it is loaded (in a task: tfyarn's hdfs://
     plugin); none where it is not (loading it is not this module's to do)."""
-    if "tensorflow" not in sys.modules:
+    if sys.modules.get("tensorflow") is None:  # not loaded (or barred: None)
         return ()
     import tensorflow as tf
 

@@ -195,8 +195,9 @@ class App:
         return gone_on_failure(self.raw.ui.add_page, route, target, link_name=link_name).address
 
     def shutdown(self, state: str, diagnostics: str) -> None:
-        """End the application with this final status and diagnostics."""
-        gone_on_failure(self.raw.shutdown, state, diagnostics)
+        """End the application with this final status and diagnostics (plain strings:
+        skein takes no str subclass, such as tfyarn's enums)."""
+        gone_on_failure(self.raw.shutdown, str(state), diagnostics)
 
 
 class Puts:
