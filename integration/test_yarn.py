@@ -1018,7 +1018,7 @@ def test_the_client_leaves_the_process_environment_as_it_is(tmp_path):
     for conf in (None, str(other)):
         opts = cluster.ClientOptions(conf_dir=conf, settings=Settings.from_environ())
         with cluster.yarn_client(opts) as client:
-            assert client.applications(["RUNNING", "FINISHED"]) is not None
+            assert client.applications(["RUNNING", "FINISHED"], "tfyarn") is not None
             mine = [pid for pid in _skein_drivers() if _parent(pid) == os.getpid()]
             assert len(mine) == 1, mine
             read = _conf_read(mine[0])

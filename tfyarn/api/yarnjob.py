@@ -179,7 +179,11 @@ class YarnBackend(_Backend):
         lines, live = _Lines(), None
         reports = Reports(self.client, self.id)
         while True:
-            if live is None and (app := self.client.connect(self.id)) is not None:
+            # the report first: one that waits out an absent ResourceManager says so, where
+            # connecting would only hang in Hadoop's retries
+            rep = reports.next()  # None: the RM is away (said), or a passing failure
+            if live is None and rep is not None and rep.state is YarnState.RUNNING \
+                    and (app := self.client.connect(self.id)) is not None:
                 live = LiveLogs(app, lines, task, live_get(self.opts))  # type: ignore[arg-type]
                 with contextlib.suppress(StoreGone):
                     kvmod.SkeinKV(app).put(kvmod.CLIENT, "following")  # the driver waits
@@ -191,7 +195,6 @@ class YarnBackend(_Backend):
             if once and live is not None:
                 yield from lines.take(final=True)
                 return
-            rep = reports.next()
             if rep is not None and rep.ended:
                 if live is not None:
                     finish_live_logs(live, self.id, self.opts)

@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import click
@@ -220,11 +220,18 @@ def _cluster(conf: str | None, principal: str | None, keytab: str | None) -> Any
     return client_options(conf, principal, keytab, Settings.from_environ())
 
 
-def _attach(job_id: str, conf: str | None, principal: str | None, keytab: str | None) -> Any:
-    """The API's handle on the job the command names (checks -conf and the login)."""
+@contextlib.contextmanager
+def _attached(job_id: str, conf: str | None, principal: str | None,
+              keytab: str | None) -> Iterator[Any]:
+    """The API's handle on the job the command names (checks -conf and the login), let go
+    of at the end (its skein driver, its driver's log); the job itself runs on."""
     from tfyarn import api
 
-    return api.attach(job_id, conf_dir=conf, principal=principal, keytab=keytab)
+    job = api.attach(job_id, conf_dir=conf, principal=principal, keytab=keytab)
+    try:
+        yield job
+    finally:
+        job.close()
 
 
 def _task(task: str | None) -> str | None:
@@ -244,8 +251,7 @@ def _task(task: str | None) -> str | None:
 def status_cmd(app_id: str, conf: str | None, principal: str | None, keytab: str | None,
                tasks: bool) -> int:
     """State, final status and diagnostics of an application (or of a local job id)."""
-    with edge():
-        job = _attach(app_id, conf, principal, keytab)
+    with edge(), _attached(app_id, conf, principal, keytab) as job:
         st = job.status()
         local = app_id.startswith("local_")
         click.echo(f"{'job' if local else 'application'}: {app_id}")
@@ -281,8 +287,8 @@ def logs_cmd(app_id: str, task: str | None, follow: bool, conf: str | None,
     """Task logs: aggregated logs once finished; while running, container log URLs, or
     the output itself with --follow."""
     with edge():
-        job = _attach(app_id, conf, principal, keytab)
         task = _task(task)
+    with edge(), _attached(app_id, conf, principal, keytab) as job:
         if not follow and app_id.startswith("application_") and not job.status().done:
             click.echo(f"{app_id} is running; container logs:")
             for name, url in job.log_urls(task):
@@ -300,8 +306,7 @@ def logs_cmd(app_id: str, task: str | None, follow: bool, conf: str | None,
 @cluster_options
 def kill_cmd(app_id: str, conf: str | None, principal: str | None, keytab: str | None) -> int:
     """Stop a running job, every task with it (orderly first; a local job too)."""
-    with edge():
-        job = _attach(app_id, conf, principal, keytab)
+    with edge(), _attached(app_id, conf, principal, keytab) as job:
         st = job.status()
         if st.done:
             say(f"{app_id} already ended: {st.state} / {st.final_status}")
