@@ -95,17 +95,19 @@ def el_submit(env: dict, *args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_planted_job_dirs_are_never_read(mallory, shared, ticket, tmp_path):
     """The reported attack: a decoy `tfyarn-local_*` dir whose log is a symlink to the
-    victim's ticket, then `tfyarn status/logs` and `tfyarn history` by the victim."""
+    victim's ticket, then `tfyarn status/logs/kill` and `tfyarn history` by the victim
+    (kill: the decoy's store is never written)."""
     job = "local_20260101_000000_abcdef"
     plant = (f"import os; d = {str(shared)!r} + '/tfyarn-{job}-x/logs'; os.makedirs(d); "
              f"os.symlink({str(ticket)!r}, d + '/cc.log'); os.makedirs(d + '/../kv')")
     assert mallory_py(mallory, plant).returncode == 0
     env = env_for(shared)
-    for cmd in (["status", job], ["logs", job]):
+    for cmd in (["status", job], ["logs", job], ["kill", job]):
         out = subprocess.run([sys.executable, "-m", "tfyarn", *cmd], env=env,
                              capture_output=True, text=True, timeout=60)
         assert out.returncode != 0 and SECRET_BYTES not in out.stdout + out.stderr
         assert "its job dir is gone" in out.stderr, out.stderr
+    assert list((shared / f"tfyarn-{job}-x" / "kv").iterdir()) == []  # no kill request put
     from tfyarn.client.jobdir import find_job_dir
     from tfyarn.core.settings import Settings
 
