@@ -99,8 +99,8 @@ class Job:
 
     def log_urls(self, task: str | None = None) -> list[tuple[str, str]]:
         """Where each container's output is while the job runs: (container, URL of its
-        NodeManager's log page) on YARN, (task, log file) for a local job; `task`'s own
-        container first where it has one."""
+        NodeManager's log page) on YARN, (container, log file) for a local job; with
+        `task`, the container that runs it (on YARN, where none is its own: every one)."""
         if task is not None:
             _task(task)
         return self._backend.log_urls(task)
@@ -327,8 +327,7 @@ class _Local(_Backend):
 
     def log_urls(self, task: str | None) -> list[tuple[str, str]]:
         jd, spec = self._job_files()
-        return [(c.name, jd.log_path(c.name)) for c in spec.containers()
-                if task is None or Task.parse(task) in c.tasks]
+        return [(name, jd.log_path(name)) for name in _containers(spec, task)]
 
     def _job_files(self) -> tuple[JobDir, JobSpec]:
         """The job dir and the job as its client wrote it there."""
@@ -391,8 +390,7 @@ class _Local(_Backend):
 
     def logs(self, task: str | None, follow: bool) -> Iterator[str]:
         jd, spec = self._job_files()
-        names = [c.name for c in spec.containers()
-                 if task is None or Task.parse(task) in c.tasks]
+        names = _containers(spec, task)
         offsets = dict.fromkeys(names, 0)
         partial = dict.fromkeys(names, "")
         while True:
@@ -432,6 +430,11 @@ class _Local(_Backend):
         if self.progress is not None:
             shutil.rmtree(os.path.dirname(self.progress), ignore_errors=True)
             self.progress = None
+
+
+def _containers(spec: JobSpec, task: str | None) -> list[str]:
+    """The containers that ran `task` (None: every container), by name."""
+    return [c.name for c in spec.containers() if task is None or Task.parse(task) in c.tasks]
 
 
 def _is_task_line(line: str, task: str, spec: JobSpec) -> bool:

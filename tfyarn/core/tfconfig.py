@@ -145,7 +145,6 @@ def tf_env(cluster: Mapping[str, Sequence[str]], task: Task, job_id: str) -> dic
 # -------------------------------------------------------- allreduce (tensorflow-mpi, pytorch)
 
 
-
 def allreduce_ranks(addresses: Mapping[Task, str]) -> dict[Task, Rank]:
     """Ranks grouped by host: hosts in the order of their lowest task index, tasks in index
     order within a host (so on one host, rank == task index). `cross` is Horovod's: the

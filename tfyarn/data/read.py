@@ -102,8 +102,7 @@ def open_file(url: str, login: Any = None) -> Iterator[IO[bytes]]:
     else:
         from tfyarn.hdfs import jni
 
-        simple = site.get("hadoop.security.authentication", "simple").lower() == "simple"
-        fs = jni.filesystem(url, settings.user if simple else None)
+        fs = jni.filesystem(url, settings.user if siteconf.simple_auth(site) else None)
         with fs.open_input_file(urllib.parse.urlparse(url).path) as f:
             yield f
 

@@ -157,19 +157,19 @@ class Stream:
         writer = _partition_writer(self.grower.start.columns, f"{target}/{self.generation}",
                                    _sink(self.parts.sparkSession, target), done)
         stop = threading.Event()
-        follower = threading.Thread(target=self.grower.watch, args=(stop,), daemon=True,
-                                    name="tfyarn-manifest")
-        follower.start()
+        watcher = threading.Thread(target=self.grower.watch, args=(stop,), daemon=True,
+                                   name="tfyarn-manifest")
+        watcher.start()
         try:
             written = _written(self.parts, writer)
         except Exception as exc:  # Spark's failure: said to the readers, then raised on
             stop.set()
-            follower.join()
+            watcher.join()
             self.failure = spark_reason(exc)
             self.grower.commit(error=self.failure)
             raise
         stop.set()
-        follower.join()
+        watcher.join()
         return self._seal(written)
 
     def _seal(self, written: list[tuple]) -> Manifest:
@@ -209,8 +209,7 @@ def _sink(spark: Any, root: str) -> tuple[str, str | None, str | None]:
     how = siteconf.route(root, site, spnego=False, web_schemes=("hdfs",))
     if how == "file":
         return "file", None, None
-    simple = site.get("hadoop.security.authentication", "simple").lower() == "simple"
-    user = spark.sparkContext.sparkUser() if simple else None
+    user = spark.sparkContext.sparkUser() if siteconf.simple_auth(site) else None
     if how != "webhdfs":
         return "hadoop", root, user
     port = (conf.get("dfs.namenode.http-address") or ":9870").rsplit(":", 1)[1]

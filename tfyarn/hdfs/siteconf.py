@@ -17,6 +17,12 @@ HDFS_SITE = "hdfs-site.xml"
 WEB_SCHEMES = ("hdfs", "viewfs")  # what WebHDFS serves, given the NameNode's address
 
 
+def simple_auth(site: Mapping[str, str]) -> bool:
+    """Whether the site's Hadoop takes users by name (no Kerberos): `site` holds
+    core-site's values."""
+    return site.get("hadoop.security.authentication", "simple").lower() == "simple"
+
+
 def route(url: str, site: Mapping[str, str], spnego: bool, tf_schemes: tuple[str, ...] = (),
           web_schemes: tuple[str, ...] = WEB_SCHEMES) -> str:
     """How this process reaches `url`: "file" (a local path); "tensorflow" (TF is loaded
@@ -30,7 +36,7 @@ def route(url: str, site: Mapping[str, str], spnego: bool, tf_schemes: tuple[str
         return "file"
     if scheme in tf_schemes:
         return "tensorflow"
-    simple = site.get("hadoop.security.authentication", "simple").lower() == "simple"
+    simple = simple_auth(site)
     web_on = (site.get("dfs.webhdfs.enabled") or "true").lower() == "true"
     return "webhdfs" if web_on and (simple or spnego) and scheme in web_schemes else "hadoop"
 
