@@ -221,20 +221,64 @@ def test_a_lost_node_without_restarts_fails_naming_task_and_node(tmp_path, apps,
     wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
 
 
-def test_the_application_masters_node_lost_fails_naming_it(tmp_path, apps, whole_cluster):
-    """YARN ends the application (skein's AM runs one attempt): FAILED, never a hang."""
+def test_the_application_masters_node_lost_resumes_the_job_in_a_second_attempt(
+        tmp_path, apps, whole_cluster):
+    """YARN starts the ApplicationMaster again on a live node (--am-attempts 2, the
+    default); its driver resumes the job as attempt 2 of the tasks (skein's gang from the
+    spec, told its attempt by the cluster spec), which reads the checkpoint; el_submit
+    says so once and follows the new attempt to SUCCEEDED."""
     args, ckpt = resumable(tmp_path, 2, 1500, "--max-restarts", "1")
     proc, app_id = submit(tmp_path, apps, *args)
     placed(ckpt, 2)
     node = am_host(app_id)
     killed = kill_node(node)
     _, err = proc.communicate(timeout=600)
-    assert proc.returncode == 1, err
-    assert f"Error: {app_id} FAILED: the ApplicationMaster was lost with its node {node}, " \
-           "and every task ended with it" in err, err
-    assert "resubmit the job" in err
+    assert proc.returncode == 0, err
+    assert re.search(rf"the ApplicationMaster was lost on {re.escape(node)}; YARN started its "
+                     r"attempt 2 on 127\.0\.0\.\d: the job resumes", err), err
+    assert "attempt 2/2: restarting after the ApplicationMaster was lost (application " \
+           f"attempt 1 on {node}" in err, err
     assert time.monotonic() - killed < expiry_s() + 60
-    assert final_state(app_id) == "FINISHED/FAILED" or final_state(app_id) == "FAILED/FAILED"
+    assert final_state(app_id) == "FINISHED/SUCCEEDED"
+    assert am_host(app_id) != node
+    resumed = re.findall(r"^attempt 1 on (\S+) resumed from \['w0', 'w1'\]",
+                         yarn_cli("logs", "-applicationId", app_id), re.M)
+    assert len(resumed) == 2 and node not in resumed, resumed
+    status = subprocess.run([sys.executable, "-m", "tfyarn", "status", app_id, "--tasks"],
+                            capture_output=True, text=True)
+    assert "attempt 1: FAILED: the ApplicationMaster was lost" in status.stdout, \
+        status.stdout + status.stderr
+    wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
+
+
+def test_the_application_master_lost_twice_without_restarts_left_fails_naming_both(
+        tmp_path, apps, whole_cluster):
+    """A node loss never counts toward YARN's AM attempts (YARN-614: the second AM's node
+    lost too, YARN starts a third); --max-restarts bounds the resumes: with 1, the third
+    attempt's driver fails the job naming both losses, never a hang, never SUCCEEDED."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (tmp_path / "runs.py").write_text(
+        "import os, pathlib, sys, time\n"
+        "a = os.environ['TFYARN_ATTEMPT']\n"
+        "pathlib.Path(sys.argv[1], f'a{a}').write_text(os.environ['NM_HOST'])\n"
+        "time.sleep(600)\n")
+    proc, app_id = submit(tmp_path, apps, "-t", "tensorflow-worker", "-wn", "1", "-wm", "1500",
+                          "-f", "./", "--max-restarts", "1", "-c", f"python runs.py {ckpt}")
+    wait_until(lambda: (ckpt / "a0").exists(), 300, "attempt 1 running")
+    first = am_host(app_id)
+    kill_node(first)
+    wait_until(lambda: (ckpt / "a1").exists(), 300, "attempt 2 running, resumed by AM attempt 2")
+    second = am_host(app_id)
+    assert second != first
+    killed = kill_node(second)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    assert f"FAILED: the ApplicationMaster was lost (application attempt 2 on {second}; " in err
+    assert "(--max-restarts 1: no restart left to resume it) [attempt 2/2; earlier: attempt " \
+           f"1: the ApplicationMaster was lost (application attempt 1 on {first}; " in err, err
+    assert time.monotonic() - killed < expiry_s() + 60
+    assert final_state(app_id) == "FINISHED/FAILED"
     wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
 
 

@@ -49,7 +49,9 @@ def test_seed_job_spec(tmp_path):
     assert "-m tfyarn.runtime.driver --job tfyarn-job.json --kv skein:" in app["master"]["script"]
     assert (app["name"], app["queue"], app["tags"]) == ("wide_and_deep", "ml", ["team-a", "tfyarn"])
     assert chief["files"][appspec.JOB_FILE]["type"] == "file"
-    assert app["max_attempts"] == 1
+    assert app["max_attempts"] == 2  # YARN's and Spark's default: a lost AM resumes the job
+    spec = job(tmp_path, kind="standalone", am_attempts="1")
+    assert build(spec, tmp_path)[1]["max_attempts"] == 1
     # skein itself accepts and round-trips it
     spec_obj = skein.ApplicationSpec.from_dict(app)
     assert skein.ApplicationSpec.from_yaml(spec_obj.to_yaml()) == spec_obj

@@ -420,3 +420,91 @@ def test_the_referees_deadlines_read_the_clock_it_is_given(tmp_path):
     fake.t += 40
     over = referee.deadline_passed(one)
     assert over is not None and over.message == "the job ran past --timeout 300 s"
+
+
+def _second_am(tmp_path, kept, max_restarts, memory_mb=1024):
+    """The driver of ApplicationMaster attempt 2 of 2 (skein's gang 0 from the spec is
+    running), given what attempt 1 kept (or None: HDFS did not answer)."""
+    from tfyarn.protocol.skeinlink import App
+    from tfyarn.runtime.driver import AmAttempt
+    from tfyarn.runtime.gang import SkeinGang
+
+    spec = job("tensorflow-worker", max_restarts=max_restarts, heartbeat_timeout_s=60)
+    store = kvmod.DirKV(str(tmp_path))
+    app = FakeApp(spec)
+    kept_by = []
+    result = {}
+    am = AmAttempt(2, 2, "127.0.0.3", kept_by.append, kept)
+    thread = threading.Thread(target=lambda: result.update(
+        out=run(spec, store, gang=SkeinGang(store, App(app), spec), am=am)))
+    thread.start()
+    return spec, store, app, thread, result
+
+
+def _kept(attempt=0, memory=None):
+    from tfyarn.core.records import CourseSoFar, StepSamples
+
+    return CourseSoFar(1, "127.0.0.2", 1000.0, attempt, 1010.0, spans=(), logs=(),
+                       running=StepSamples((1020.0, 1030.0), (5, 50), {"worker:0": 5},
+                                           {"worker:0": 1020.0}, {"worker:0": 4.5}),
+                       memory=memory or {"worker": 1024})
+
+
+def test_a_second_application_master_resumes_the_job_as_a_restart(tmp_path, capsys):
+    """Attempt 1's AM was lost while its attempt 1 of the tasks ran: the driver of AM
+    attempt 2 counts that as a retryable failure and runs skein's gang 0 as attempt 2
+    (the cluster spec tells the launchers: their env cannot), with the lost attempt in
+    the record and its steps in goodput."""
+    spec, store, app, thread, result = _second_am(tmp_path, _kept(), max_restarts=1)
+    gang = kvmod.Scoped(store, 0)
+    cluster = Cluster.from_json(_register(gang, spec, 1000))
+    assert cluster.attempt == 1
+    assert store.get(kvmod.AM) == "2"
+    wanted = Wanted.from_json(store.get(kvmod.ATTEMPT))
+    assert wanted.attempt == 1 and wanted.gang == 0
+    assert "the ApplicationMaster was lost (application attempt 1 on 127.0.0.2" in \
+        wanted.earlier[0].message
+    for t in spec.tasks():
+        gang.put(kvmod.exit_key(t), ex(0).to_json())
+    thread.join(timeout=30)
+    out = result["out"]
+    assert out.state == "SUCCEEDED" and out.attempt == 1, out
+    assert app.added == []  # skein's own gang 0 ran the resumed attempt
+    assert out.goodput.attempts[0].last_step == 50  # the lost attempt's steps, as kept
+    assert "attempt 2/2: restarting after the ApplicationMaster was lost" in \
+        capsys.readouterr().err
+
+
+def test_a_second_application_master_without_restarts_left_fails_naming_the_loss(tmp_path):
+    spec, store, app, thread, result = _second_am(tmp_path, None, max_restarts=0)
+    thread.join(timeout=30)
+    out = result["out"]
+    assert out.state == "FAILED"
+    assert out.message.startswith("the ApplicationMaster was lost (application attempt 1; ")
+    assert "(--max-restarts 0: no restart left to resume it)" in out.message
+    assert set(app.killed) == {"worker-0_0", "worker-1_0"}  # the spec's gang: not wanted
+
+
+def test_a_second_application_master_asks_for_grown_containers_not_the_specs(tmp_path):
+    """Attempt 1 grew worker memory after a memory kill: the spec's gang 0 is the wrong
+    size, so the resumed attempt runs in a new gang of the grown size."""
+    spec, store, app, thread, result = _second_am(
+        tmp_path, _kept(memory={"worker": 2048}), max_restarts=2)
+    gang = kvmod.Scoped(store, 1)
+    assert Cluster.from_json(_register(gang, spec, 1000)).attempt == 1
+    assert set(app.killed) == {"worker-0_0", "worker-1_0"}
+    assert [e["TFYARN_MEMORY_MB"] for _, e in app.added] == ["2048", "2048"]
+    store.put(KILL, "test")
+    thread.join(timeout=30)
+
+
+def test_the_course_so_far_round_trips_with_its_step_logs():
+    from tfyarn.core.policy import StepLog
+    from tfyarn.core.records import CourseSoFar
+
+    kept = _kept(attempt=2)
+    again = CourseSoFar.from_json(kept.to_json())
+    assert again == kept
+    log = StepLog.of(again.running)
+    assert log.samples == [(1020.0, 5), (1030.0, 50)] and log.reached(40) == 1030.0
+    assert log.kept() == kept.running

@@ -316,6 +316,12 @@ class ElSubmitArgs:
                                       "waits and asks again, so two jobs never hold each "
                                       "other's share (default 60)",
         of=lambda s: _whole(s.yarn.gang_patience_s))
+    am_attempts: str | None = _flag("--am-attempts", "N", "YARN: ApplicationMaster attempts: "
+                                    "when the AM's node is lost, YARN starts it again and "
+                                    "the job resumes as a restart (counted by "
+                                    "--max-restarts); default 2, capped by the cluster's "
+                                    "yarn.resourcemanager.am.max-attempts",
+        of=lambda s: str(s.yarn.am_attempts))
     tensorboard_linger: str | None = _flag("--tensorboard-linger", "MIN", "keep TensorBoard up "
                                            "this many minutes after the job ends (default 0)",
         of=lambda s: _opt(s.tensorboard_linger_s / 60 if s.tensorboard_dir else None, _whole))
@@ -522,6 +528,7 @@ def _check_texts(a: ElSubmitArgs) -> None:
                         ("--heartbeat-timeout", a.heartbeat_timeout),
                         ("--max-restarts", a.max_restarts),
                         ("--gang-patience", a.gang_patience),
+                        ("--am-attempts", a.am_attempts),
                         ("--memory-growth", a.memory_growth),
                         ("--stall-timeout", a.stall_timeout),
                         ("--gpu-memory-fraction", a.gpu_memory_fraction),
@@ -608,6 +615,8 @@ def from_el_submit(a: ElSubmitArgs, cwd: str) -> JobSpec:
             gang_patience_s=float(parse_int("--gang-patience", a.gang_patience,
                                             int(timing.GANG_PATIENCE_S), minimum=1,
                                             maximum=MAX["patience_s"])),
+            am_attempts=parse_int("--am-attempts", a.am_attempts, 2, minimum=1,
+                                  maximum=MAX["am_attempts"]),
             view_acls=parse_list("--view-acls", a.view_acls),
             modify_acls=parse_list("--modify-acls", a.modify_acls),
         ),

@@ -221,7 +221,7 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
     app: dict[str, Any] = {
         "name": spec.name,
         "tags": sorted({APP_TAG, *spec.yarn.tags}),
-        "max_attempts": 1,
+        "max_attempts": spec.yarn.am_attempts,  # a lost AM resumes the job
         "master": {
             "resources": {"memory": spec.yarn.am_memory_mb, "vcores": spec.yarn.am_vcores},
             "files": master_files,

@@ -266,7 +266,8 @@ class Watcher:
     interact: bool = False  # -interact: relay every task's output
     state: YarnState | None = None  # the last one told
     tracking_shown: bool = False
-    am_host: str = ""  # where the ApplicationMaster ran, for a failure that took it away
+    am_hosts: list[str] = field(default_factory=list)  # where each ApplicationMaster ran
+    am: str = "1"  # the ApplicationMaster attempt whose store is read ("N/M" after a loss)
     store: kvmod.SkeinKV | None = None
     status_puts: Puts | None = None  # the store's STATUS, subscribed to once
     # logins, the user, settings: the caller's (default: none of them, for a bare watcher)
@@ -300,8 +301,9 @@ class Watcher:
                     self._progress()
                     if self.view.outcome is not None and self.spec.tensorboard_linger_s:
                         return self._lingering()
-                elif time.monotonic() - self.begun > self.spec.register_timeout_s:
-                    raise self._never_started()
+                elif not self.am_hosts and \
+                        time.monotonic() - self.begun > self.spec.register_timeout_s:
+                    raise self._never_started()  # (a later AM attempt's wait is the RM's)
             self._pause()
 
     def _pause(self) -> None:
@@ -339,8 +341,9 @@ class Watcher:
         if rep.state != self.state:
             self.state = rep.state
             say(f"{self.app_id}: {rep.state}")
-        if rep.state is YarnState.RUNNING and rep.host:
-            self.am_host = rep.host
+        if rep.state is YarnState.RUNNING and rep.host and \
+                (not self.am_hosts or self.am_hosts[-1] != rep.host):
+            self.am_hosts.append(rep.host)
         if rep.tracking_url and not self.tracking_shown:
             self.tracking_shown = True
             say(f"tracking URL: {rep.tracking_url}")
@@ -356,9 +359,22 @@ class Watcher:
                 self.store.put(kvmod.CLIENT, "watching")  # fails at once if the AM is gone
                 # subscribed before the first read, so no put of it falls in between
                 self.status_puts = self.store.app.kv_expect(kvmod.STATUS)
+            self._resumed(self.store.get(kvmod.AM))
             self.view.read(self.store)
         except StoreGone:
             self.store = self.status_puts = None
+
+    def _resumed(self, am: str | None) -> None:
+        """A later ApplicationMaster attempt's store (its driver put AM): said once, and
+        followed from scratch (its gangs count from 0 again)."""
+        if am is None or am == self.am:
+            return
+        self.am = am
+        lost = f" on {self.am_hosts[-2]}" if len(self.am_hosts) > 1 else ""
+        now = f" on {self.am_hosts[-1]}" if self.am_hosts else ""
+        say(f"the ApplicationMaster was lost{lost}; YARN started its attempt {am}{now}: "
+            "the job resumes")
+        self.view = StoreView(self.spec, self.interact, self.view.login, self.view.explain)
 
     def _lingering(self) -> int:
         """The job ended but its application stays up for TensorBoard: the outcome is
@@ -384,7 +400,7 @@ class Watcher:
                 f"{model_dir(self.spec.model_dir, self.app_id, self.opts.settings.user)}")
             return 0
         if outcome is None:
-            diagnostics = am_end(diagnostics or "", self.am_host) or diagnostics
+            diagnostics = am_end(diagnostics or "", self.am_hosts) or diagnostics
             raise JobFailed(f"{self.app_id} {state}: {(diagnostics or 'no diagnostics').strip()}"
                             f"\n{next_steps(self.app_id)}", STATE_EXIT[state])
         raise common.failed(outcome, self.app_id, state, next_steps(self.app_id, outcome.task))

@@ -43,6 +43,7 @@ MAX = {
     "restarts": 100,  # --max-restarts
     "linger_minutes": 24 * 60,  # --tensorboard-linger
     "patience_s": 24 * 3600,  # --gang-patience
+    "am_attempts": 10,  # --am-attempts (YARN's own cap, am.max-attempts, is the site's)
     "memory_growth": 8.0,  # --memory-growth
     "stall_s": 7 * 24 * 3600,  # --stall-timeout
 }
@@ -198,6 +199,7 @@ class YarnOptions:
     tags: tuple[str, ...] = ()
     max_upload_mb: int | None = 1024  # None: --force, no limit
     gang_patience_s: float = timing.GANG_PATIENCE_S  # --gang-patience
+    am_attempts: int = 2  # --am-attempts: YARN starts a lost ApplicationMaster again
     max_memory_mb: int | None = None  # the queue's largest container (RM, at submit)
     view_acls: tuple[str, ...] = ()  # --view-acls: who else may view it (users, group:G, *)
     modify_acls: tuple[str, ...] = ()  # --modify-acls: who else may kill or move it
@@ -205,6 +207,8 @@ class YarnOptions:
     def __post_init__(self) -> None:
         if not 0 < self.gang_patience_s <= MAX["patience_s"]:
             raise SpecError(f"--gang-patience must be 1..{MAX['patience_s']} seconds")
+        if not 1 <= self.am_attempts <= MAX["am_attempts"]:
+            raise SpecError(f"--am-attempts must be 1..{MAX['am_attempts']}")
         for flag, entries in (("--view-acls", self.view_acls),
                               ("--modify-acls", self.modify_acls)):
             for entry in entries:

@@ -9,6 +9,7 @@ Long because every rule reads the same records; each kind of decision is a secti
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,6 +25,7 @@ from tfyarn.core.records import (
     Goodput,
     Outcome,
     StepReport,
+    StepSamples,
     TaskEnd,
 )
 from tfyarn.core.tfconfig import Task, natural_name
@@ -247,10 +249,12 @@ def yarn_end(message: str, memory_mb: int, memory_flag: str, wall_time: float,
                    reason=f"{phrase} [YARN: {cut_line(message.strip())}]")
 
 
-def am_end(diagnostics: str, am_host: str = "") -> str | None:
-    """How the job ended when YARN ended its ApplicationMaster's container (its node
-    lost, decommissioned or preempted): the driver went with it, so no task outcome was
-    written and YARN's application diagnostics are all there is. None for other ends."""
+def am_end(diagnostics: str, am_hosts: Sequence[str] = ()) -> str | None:
+    """How the job ended when YARN ended its last ApplicationMaster's container (its node
+    lost, decommissioned or preempted) and no AM attempt was left: the driver went with
+    it, so no task outcome was written and YARN's application diagnostics are all there
+    is. `am_hosts`: where each AM attempt ran, as the client saw them. None for other
+    ends."""
     if "AM Container for" not in diagnostics:
         return None
     low = diagnostics.lower()
@@ -258,10 +262,19 @@ def am_end(diagnostics: str, am_host: str = "") -> str | None:
                 if any(w in low for w in words)), None)
     if how is None:
         return None
-    where = f" {am_host}" if am_host else ""
+    hosts = list(am_hosts)
+    where = f" {hosts[-1]}" if hosts else ""
+    times = re.search(r"failed (\d+) times", diagnostics)
+    n = int(times.group(1)) if times else 1
+    before = ""
+    if n > 1:
+        earlier = ", ".join(hosts[:-1]) or "unknown"
+        before = (f" (it was the application's attempt {n} of {n}; the one before was lost "
+                  f"on {earlier} and the job resumed)")
     yarn = " ".join(diagnostics.split("For more detailed output")[0].split())
-    return (f"the ApplicationMaster {how.replace('its node', f'its node{where}')}, and every "
-            "task ended with it (--max-restarts restarts tasks, not the ApplicationMaster): "
+    return (f"the ApplicationMaster {how.replace('its node', f'its node{where}')}{before}, "
+            "and every task ended with it, with no ApplicationMaster attempt left "
+            "(--am-attempts, capped by the cluster's yarn.resourcemanager.am.max-attempts): "
             f"resubmit the job [YARN: {cut_line(yarn)}]")
 
 
@@ -380,6 +393,17 @@ def grow_memory(spec: JobSpec, outcome: Outcome, rec: TaskEnd | None,
              f"{outcome.task} was killed for memory ({memory_flag_for(role)} x --memory-growth "
              f"{spec.memory_growth:g})")
     return replace(outcome, cause=Cause.RETRYABLE), Growth(role, larger[0], words)
+
+
+def am_lost(am_attempt: int, host: str, attempt: int) -> Outcome:
+    """The task attempt a lost ApplicationMaster was running, as a later AM attempt's
+    driver sees it: failed, retryable (as a task lost with its node), so --max-restarts
+    decides whether the job resumes; `host` is where the lost AM ran ("" unknown)."""
+    where = f" on {host}" if host else ""
+    return Outcome(FinalStatus.FAILED,
+                   f"the ApplicationMaster was lost (application attempt {am_attempt}{where}; "
+                   "its node died, or YARN ended its container)",
+                   cause=Cause.RETRYABLE, attempt=attempt)
 
 
 def restart_words(spec: JobSpec, attempt: int, why: str, grown: str = "") -> str:
@@ -550,6 +574,19 @@ class StepLog:
     def reached(self, step: int) -> float | None:
         """When the attempt first reached `step` (None: it never did)."""
         return next((t for t, s in self.samples if s >= step), None)
+
+    def kept(self) -> StepSamples:
+        """As kept for a later ApplicationMaster attempt (`CourseSoFar`)."""
+        samples, firsts = list(self.samples), dict(self.firsts)  # copies: the loop adds
+        return StepSamples(tuple(t for t, _ in samples), tuple(s for _, s in samples),
+                           {k: s for k, (s, _) in firsts.items()},
+                           {k: t for k, (_, t) in firsts.items()}, dict(self.rates))
+
+    @classmethod
+    def of(cls, kept: StepSamples) -> StepLog:
+        return cls(list(zip(kept.times, kept.steps, strict=True)),
+                   {k: (s, kept.first_times.get(k, 0.0)) for k, s in kept.first_steps.items()},
+                   dict(kept.rates))
 
 
 def attempt_time(attempt: int, start: float, end: float, outcome: Outcome,

@@ -183,9 +183,13 @@ class Started(Record):
 
 @dataclass(frozen=True)
 class Cluster(Record):
-    """`cluster`: every task's address by role, in index order (TF_CONFIG's cluster)."""
+    """`cluster`: every task's address by role, in index order (TF_CONFIG's cluster), and
+    the attempt the gang runs (TFYARN_ATTEMPT: a gang that skein started from the spec
+    for a later ApplicationMaster attempt cannot know it from its env)."""
 
     roles: Mapping[str, tuple[str, ...]]
+    attempt: int | None = None  # None: a driver before #45; the launcher's --attempt holds
+    LATER = frozenset({"attempt"})
 
 
 @dataclass(frozen=True)
@@ -282,6 +286,38 @@ class AttemptTime(Record):
     last_at: float | None = None
     lost_s: float = 0.0
     rates: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepSamples(Record):
+    """An attempt's step log (`policy.StepLog`) as kept: when its highest step moved,
+    each task's first step and when, and each task's last rate."""
+
+    times: tuple[float, ...] = ()
+    steps: tuple[int, ...] = ()
+    first_steps: Mapping[str, int] = field(default_factory=dict)
+    first_times: Mapping[str, float] = field(default_factory=dict)
+    rates: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CourseSoFar(Record):
+    """What one ApplicationMaster attempt leaves for the next: the job's course up to
+    now (kept by the driver in the user's private HDFS dir while the job runs, read by
+    the driver of a later AM attempt, which resumes the job as a restart). `attempt` is
+    the task attempt then running (0-based), `spans` the attempts timed so far, each with
+    its step log in `logs`, and `running` the running attempt's step log."""
+
+    am_attempt: int  # the ApplicationMaster attempt that wrote it (1 first)
+    am_host: str
+    began: float  # the job's start, wall clock
+    attempt: int
+    attempt_began: float
+    earlier: tuple[Attempt, ...] = ()
+    spans: tuple[AttemptTime, ...] = ()
+    logs: tuple[StepSamples, ...] = ()
+    running: StepSamples = field(default_factory=StepSamples)
+    memory: Mapping[str, int] = field(default_factory=dict)  # MB by role (--memory-growth)
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,12 @@ def model_dir(given: str | None, job_id: str, user: str) -> str:
     return given or f"{tfyarn_home(user)}/models/{job_id}"
 
 
+def course_path(user: str, job_id: str) -> str:
+    """Where a YARN job's driver keeps its course so far while the job runs
+    (`records.CourseSoFar`), for the driver of a later ApplicationMaster attempt."""
+    return f"{tfyarn_home(user)}/running/{job_id}.json"
+
+
 def history_dir(given: str | None, user: str) -> str:
     """Where a YARN job's page is saved when it ends (`tfyarn history` serves it): the
     site's `history: dir:` (tfyarn.yaml), else the user's HDFS home."""

@@ -82,6 +82,8 @@ PAGE_DELAY_S = 0.5  # the job page starts this long into the job (its imports of
 PAGE_START_WAIT_S = 5.0  # a job that ended before its page was up waits this long for it
 VERDICT_EXIT_S = 20.0  # the driver process ends this long after its verdict at the latest
 ACK_WAIT_S = 5.0  # how long the AM stays for a watching client to read the final status
+COURSE_KEEP_S = 30.0  # YARN: the driver keeps the job's course so far for a later AM attempt
+# this often (and at each attempt's start); a lost AM costs at most this much goodput record
 HISTORY_SAVE_S = 5.0  # keeping the final page (each WebHDFS call, and all of them: the
 # verdict never waits longer for it)
 

@@ -4,7 +4,7 @@ Two stores, same keys, same code path: a directory of files (local mode) and ske
 key-value store (YARN). Values are UTF-8 strings: plain text (an address, a reason) or
 a typed record of `tfyarn.core.records`, whose codec is the only one that writes them.
 
-Job keys (STATUS, PHASE, CLIENT, ACK, KILL, ATTEMPT) live at the top. Everything one gang
+Job keys (STATUS, PHASE, CLIENT, ACK, KILL, ATTEMPT, AM) live at the top. Everything one gang
 of launchers writes or reads (CLUSTER, STOP, RANKS, task/...) lives under its gang's
 prefix (`gang/<g>/`, see `Scoped`), so a new gang never reads an address, an exit or a
 stop request of an earlier one. Gangs are numbered 0, 1, ... per job: a restart starts a
@@ -46,6 +46,7 @@ PAGE = "page"  # the job page's URL (on YARN: proxied through the ResourceManage
 TENSORBOARD_DONE = "tensorboard_done"  # put by the TensorBoard side task when it ended
 TASKS = "tasks"  # records.JobTasks: every task of the job, put by the driver first
 JOB = "job"  # the JobSpec's own JSON, put by the driver first: a handle that attaches reads it
+AM = "am"  # "N": put by the driver of ApplicationMaster attempt N > 1 (a lost AM resumed)
 
 
 # One gang's task keys, a dir per kind (`addr/worker:1`): whoever waits on one kind is

@@ -34,6 +34,7 @@ from tfyarn.core.policy import (
     Liveness,
     Stalls,
     StepLog,
+    am_lost,
     attempt_time,
     backoff_s,
     blame_the_peer,
@@ -61,6 +62,7 @@ from tfyarn.core.records import (
     AttemptTime,
     Cause,
     Cluster,
+    CourseSoFar,
     JobTasks,
     JobView,
     Outcome,
@@ -75,6 +77,7 @@ from tfyarn.core.timing import (
     ACK_WAIT_S,
     CONTAINER_END_WAIT_S,
     CONTAINER_POLL_S,
+    COURSE_KEEP_S,
     DRIVER_TICK_S,
     HISTORY_SAVE_S,
     PAGE_DELAY_S,
@@ -147,6 +150,7 @@ class Referee:
     gang: gangmod.Gang
     gang_no: int = 0
     life: JobLife = field(default_factory=JobLife)
+    attempt: int = 0  # the task attempt this gang runs (TFYARN_ATTEMPT), in the cluster spec
     start: float = field(default_factory=time.monotonic)
     clock: Clock = SYSTEM  # where its decisions read the time
     patience: float = float("inf")  # a partial gang gives back after this (Contention)
@@ -222,8 +226,8 @@ class Referee:
         cluster = cluster_spec(addrs)
         if self.spec.allreduce:
             self.publish_ranks(addrs)
-        self.store.put(kvmod.CLUSTER,
-                       Cluster({k: tuple(v) for k, v in cluster.items()}).to_json())
+        self.store.put(kvmod.CLUSTER, Cluster({k: tuple(v) for k, v in cluster.items()},
+                                              self.attempt).to_json())
         self.job_store.put(kvmod.PHASE, "running")
         self.published = True
         say(f"all {plural(len(addrs), 'task')} registered; cluster spec published: "
@@ -421,9 +425,86 @@ class Course:
     growth: Growth | None = None  # the last attempt's memory kill, answered
     began: float = field(default_factory=time.time)  # the job's start, wall clock
     spans: list[tuple[AttemptTime, StepLog]] = field(default_factory=list)  # timed attempts
+    attempt: int = 0  # the attempt now running, when it began, and its steps so far
+    attempt_began: float = field(default_factory=time.time)
+    steps: StepLog = field(default_factory=StepLog)
+    am: tuple[int, int] = (1, 1)  # the ApplicationMaster's attempt, of how many (YARN)
+    am_host: str = ""
+    keeper: Keeper | None = None  # keeps the course for a later AM attempt (YARN)
+    kept_at: float = -1e9
 
     def __post_init__(self) -> None:
         self.memory = {r.name: r.resources.memory_mb for r in self.spec.roles}
+
+    def so_far(self) -> CourseSoFar:
+        return CourseSoFar(self.am[0], self.am_host, self.began, self.attempt,
+                           self.attempt_began, tuple(self.earlier),
+                           tuple(t for t, _ in self.spans),
+                           tuple(log.kept() for _, log in self.spans), self.steps.kept(),
+                           dict(self.memory))
+
+    def keep(self, now: bool = False) -> None:
+        """Hand the course to the keeper: at once (`now`: an attempt starts), else at most
+        every COURSE_KEEP_S (the steps moved); never waits for HDFS."""
+        if self.keeper is None or (not now and time.monotonic() - self.kept_at < COURSE_KEEP_S):
+            return
+        self.kept_at = time.monotonic()
+        self.keeper.offer(self.so_far())
+
+    def resume(self, kept: CourseSoFar | None) -> Outcome:
+        """A later ApplicationMaster attempt: the course the lost one kept (its attempts,
+        their timing, grown memory, the job's start), and how its running attempt ended
+        (`policy.am_lost`: retryable, so --max-restarts decides)."""
+        lost = 0
+        if kept is not None:
+            lost = kept.attempt
+            self.began = kept.began
+            self.life.start = time.monotonic() - max(0.0, time.time() - kept.began)
+            self.earlier = list(kept.earlier)
+            self.spans = [(t, StepLog.of(log))
+                          for t, log in zip(kept.spans, kept.logs, strict=True)]
+            self.memory.update(kept.memory)
+        # the attempt that kept the course is the one lost with the job running: an AM
+        # attempt lost before its driver kept anything never ran the job
+        outcome = am_lost(kept.am_attempt if kept else self.am[0] - 1,
+                          kept.am_host if kept else "", lost)
+        if kept is not None:
+            log = StepLog.of(kept.running)
+            self.spans.append((attempt_time(lost, kept.attempt_began, time.time(), outcome, log),
+                               log))
+        return outcome
+
+
+class Keeper:
+    """Keeps the job's course (`Site.keep_course`) on a thread of its own: a slow
+    NameNode never holds the referee's loop, and the newest course offered wins."""
+
+    def __init__(self, keep: Callable[[CourseSoFar], None]) -> None:
+        self.keep_course = keep
+        self.latest: CourseSoFar | None = None
+        self.wake = threading.Event()
+        self.failing = False
+        threading.Thread(target=self._run, daemon=True, name="tfyarn-course").start()
+
+    def offer(self, so_far: CourseSoFar) -> None:
+        self.latest = so_far
+        self.wake.set()
+
+    def _run(self) -> None:
+        while self.wake.wait():
+            self.wake.clear()
+            so_far, self.latest = self.latest, None
+            if so_far is None:
+                continue
+            try:
+                self.keep_course(so_far)
+            except EnvironmentMissing as exc:  # said once: the job runs on without it
+                if not self.failing:
+                    say(f"{exc}: a lost ApplicationMaster's next attempt will not know the "
+                        "attempts before it", "driver")
+                self.failing = True
+                continue
+            self.failing = False
 
 
 def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEnd]]:
@@ -431,10 +512,12 @@ def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEn
     it ran (no restart spent), until one runs to an outcome; the attempt's outcome and
     task table."""
     start, given_back, began, steps = time.monotonic(), 0, time.time(), StepLog()
+    course.attempt, course.attempt_began, course.steps = attempt, began, steps
+    course.keep(now=True)
     while True:
         course.gang.start(course.gang_no, attempt, course.earlier, course.memory)
         referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
-                          course.gang, course.gang_no, course.life, start,
+                          course.gang, course.gang_no, course.life, attempt, start,
                           advertise_host=course.advertise_host, given_back=given_back,
                           steps=steps)
         if course.gang.tells_ends:
@@ -494,7 +577,7 @@ def run_gang(course: Course, referee: Referee, attempt: int
     scoped = kvmod.Scoped(store, course.gang_no)
     tracker = Tracker(store, scoped, heartbeat_s(spec.heartbeat_timeout_s))
     while (outcome := referee.step(tracker.next(DRIVER_TICK_S))) is None:
-        pass
+        course.keep()
     if outcome.cause != Cause.REGROUP:  # a gang given back is told once, with when it asks again
         say(f"{outcome.state}: {outcome.message}", "driver")
     store.put(kvmod.PHASE, "stopping")
@@ -531,20 +614,51 @@ def yield_to_the_owed_queue(course: Course, attempt: int) -> Outcome | None:
     return None if stop is None else replace(stop, attempt=attempt)
 
 
+@dataclass(frozen=True)
+class AmAttempt:
+    """The ApplicationMaster attempt the driver runs in (YARN; locally 1 of 1): its
+    number and how many there may be, the host it runs on, where the job's course is
+    kept for a later attempt, and (a later attempt) what the lost one kept."""
+
+    number: int = 1
+    of: int = 1
+    host: str = ""
+    keep: Callable[[CourseSoFar], None] | None = None
+    kept: CourseSoFar | None = None
+
+
 def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
-        gang: gangmod.Gang | None = None) -> Outcome:
+        gang: gangmod.Gang | None = None, am: AmAttempt = AmAttempt()) -> Outcome:
     """Drive the job to its end, restarting the whole gang after a failure the restart
-    policy accepts, and publish the final status."""
+    policy accepts, and publish the final status. In a later ApplicationMaster attempt
+    the lost one's running attempt counts as a failure, and the job resumes as a restart
+    when --max-restarts allows (its gang 0 is skein's from the spec)."""
     gang = gang or gangmod.Gang(store)
     life = JobLife()
     if threading.current_thread() is threading.main_thread():
         _trap_signals(life)
     course = Course(spec, store, gang, life, advertise_host,
-                    Contention(spec.yarn.gang_patience_s))
+                    Contention(spec.yarn.gang_patience_s), am=(am.number, am.of),
+                    am_host=am.host, keeper=Keeper(am.keep) if am.keep else None)
     attempt = 0
     store.expect_all()  # first: the one watch every gang's feed and wait shares
     store.put(kvmod.JOB, spec.shown().to_json())  # skein's key-value page shows the store
     store.put(kvmod.TASKS, JobTasks(tuple(str(t) for t in spec.tasks())).to_json())
+    if am.number > 1:
+        store.put(kvmod.AM, str(am.number))
+        lost = course.resume(am.kept)
+        if not restart_after(spec, lost, lost.attempt):
+            _clear(gang, 0)  # skein's gang from the spec: not wanted
+            return finish(course, replace(lost, message=lost.message + (
+                f" (--max-restarts {spec.max_restarts}: no restart left to resume it)")), {})
+        attempt = lost.attempt + 1
+        course.earlier.append(lost.summary())
+        words = restart_words(spec, attempt, lost.message)
+        say(words, "driver")
+        store.put(kvmod.PHASE, words)
+        if course.memory != {r.name: r.resources.memory_mb for r in spec.roles}:
+            _clear(gang, 0)  # grown since: the spec's containers are the wrong size
+            course.gang_no = 1
     while True:
         outcome, tasks = run_attempt(course, attempt)
         if not restart_after(spec, outcome, attempt):
@@ -563,7 +677,12 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
         if course.yielding and (stop := yield_to_the_owed_queue(course, attempt)):
             outcome, tasks = stop, {}
             break
-    earlier = course.earlier
+    return finish(course, outcome, tasks)
+
+
+def finish(course: Course, outcome: Outcome, tasks: Mapping[str, TaskEnd]) -> Outcome:
+    """The final status, put in the store (a watching client acknowledges it)."""
+    spec, store, earlier = course.spec, course.store, course.earlier
     final = replace(outcome, message=final_message(spec, outcome, earlier), tasks=tasks,
                     attempts=tuple(earlier),
                     goodput=goodput(course.spans, time.time() - course.began))
@@ -630,7 +749,12 @@ def page_view(spec: JobSpec, site: Site, settings: Settings, began: float) -> Jo
 
 def save_page(spec: JobSpec, site: Site, settings: Settings, began: float) -> None:
     """Keep the job's final page for `tfyarn history` (and `tfyarn status --tasks` once
-    the application is gone); a page that cannot be kept never changes the verdict."""
+    the application is gone), and forget the course kept for a later ApplicationMaster
+    attempt; a page that cannot be kept never changes the verdict."""
+    try:
+        site.forget_course(spec, settings)
+    except EnvironmentMissing as exc:
+        say(f"the job's kept course stays in HDFS: {exc}", "driver")
     try:
         view = page_view(spec, site, settings, began)
         tb = view.tensorboard and view.tensorboard.split("?", 1)[0]  # a kept page, no token
@@ -640,6 +764,28 @@ def save_page(spec: JobSpec, site: Site, settings: Settings, began: float) -> No
         say(f"the job's page was not kept for `tfyarn history`: {exc}", "driver")
         return
     say(f"job page kept: {where}", "driver")
+
+
+def am_attempt(spec: JobSpec, site: Site, settings: Settings, host: str) -> AmAttempt:
+    """Which ApplicationMaster attempt this is; where there may be a later one, how the
+    course is kept for it; in a later one, what the lost one kept (a NameNode that does
+    not answer costs the earlier attempts' record, not the job)."""
+    number, of = site.am_attempt()
+    kept = None
+    if number > 1:
+        try:
+            kept = site.kept_course(spec, settings)
+        except EnvironmentMissing as exc:
+            say(f"{exc}: resuming without the earlier attempts' record", "driver")
+        say(f"ApplicationMaster attempt {number} on {host}: the one before was lost; "
+            f"resuming the job" + ("" if kept is None else
+                                   f" after its attempt {kept.attempt + 1}"), "driver")
+
+    def keep(so_far: CourseSoFar) -> None:
+        site.keep_course(spec, settings, so_far)
+    # kept wherever YARN may start another attempt: it does after every node loss, which
+    # never counts toward the maximum (YARN-614), so attempt 3 of 2 happens
+    return AmAttempt(number, of, host, keep if of > 1 else None, kept)
 
 
 def exit_within(seconds: float, code: int) -> None:
@@ -670,7 +816,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     site = open_site(ns.kv)
     settings = Settings.from_environ()
     host = settings.advertise_host or socket.getfqdn()
-    began = time.time()
+    am = am_attempt(spec, site, settings, host)
+    began = am.kept.began if am.kept else time.time()
     pages: list[JobPage] = []
     ended = threading.Event()
 
@@ -682,7 +829,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     starter = threading.Thread(target=start_page, daemon=True)
     starter.start()
     site.prepare(settings)
-    outcome = run(spec, site.store, host, site.gang(spec))
+    outcome = run(spec, site.store, host, site.gang(spec), am)
     linger = site.tensorboard_linger_s(spec)
     exit_within(VERDICT_EXIT_S + (linger + TENSORBOARD_DONE_SLACK_S if linger else 0),
                 exit_code(outcome.state))

@@ -418,7 +418,8 @@ class Launcher:
             vcores = job.container_of(slot.task).resources.vcores
             env.update(thread_env(vcores, len(self.args.tasks), {**os.environ, **env}))
         user = self.settings.user
-        env.update(run_env(self.args.attempt, checkpoint_dir(job.checkpoint_dir, job_id, user),
+        attempt = self.args.attempt if cluster.attempt is None else cluster.attempt
+        env.update(run_env(attempt, checkpoint_dir(job.checkpoint_dir, job_id, user),
                            model_dir(job.model_dir, job_id, user), job.tensorboard_dir))
         env[RESULT_VAR] = slot.result_file
         env[steps.ENV] = steps.path_for(os.getcwd(), str(slot.task))

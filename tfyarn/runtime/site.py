@@ -24,10 +24,10 @@ from typing import Any
 from tfyarn.core.errors import EnvironmentMissing, StoreGone
 from tfyarn.core.jobspec import JobSpec, container_name
 from tfyarn.core.policy import attempt_tables
-from tfyarn.core.records import JobView, Outcome
+from tfyarn.core.records import CourseSoFar, JobView, Outcome
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
-from tfyarn.core.tfconfig import Task, history_dir, tfyarn_home
+from tfyarn.core.tfconfig import Task, course_path, history_dir, tfyarn_home
 from tfyarn.core.timing import HISTORY_SAVE_S, TENSORBOARD_DONE_SLACK_S
 from tfyarn.hdfs import webhdfs
 from tfyarn.hdfs.siteconf import read_site
@@ -80,6 +80,21 @@ class Site:
 
     def finish(self, spec: JobSpec, outcome: Outcome) -> None:
         """Hand the job's end over, once its status is in the store."""
+
+    def am_attempt(self) -> tuple[int, int]:
+        """Which ApplicationMaster attempt runs the driver (1 first), of how many
+        (locally always 1 of 1: the driver's process is the client's child)."""
+        return 1, 1
+
+    def keep_course(self, spec: JobSpec, settings: Settings, so_far: CourseSoFar) -> None:
+        """Keep the job's course for a later ApplicationMaster attempt (locally none)."""
+
+    def kept_course(self, spec: JobSpec, settings: Settings) -> CourseSoFar | None:
+        """What an earlier ApplicationMaster attempt kept (locally none)."""
+        return None
+
+    def forget_course(self, spec: JobSpec, settings: Settings) -> None:
+        """The kept course, removed once the job has ended (locally none)."""
 
     def save_page(self, spec: JobSpec, view: JobView, settings: Settings) -> str:
         """Keep the final page in the history dir (locally a dir the client names) as
@@ -167,6 +182,52 @@ class YarnSite(Site):
             self.app.shutdown(outcome.state, spec.redactor()(diagnostics))
         except StoreGone as exc:  # the master script's exit code still carries the status
             say(f"could not set the final status through skein: {exc!r}", "driver")
+
+    def am_attempt(self) -> tuple[int, int]:
+        """From skein's AM (patch 0004). YARN starts the AM again on another node when
+        its node is lost, up to --am-attempts (capped by the cluster), and a node loss
+        never counts toward that (YARN-614): attempt 3 of 2 happens; --max-restarts is
+        what bounds a job's resumes."""
+        return (int(os.environ.get("SKEIN_AM_ATTEMPT") or 1),
+                int(os.environ.get("SKEIN_AM_MAX_ATTEMPTS") or 1))
+
+    def keep_course(self, spec: JobSpec, settings: Settings, so_far: CourseSoFar) -> None:
+        """In the user's own HDFS dir (`tfyarn_home`, 0700), 0600, renamed in whole; only
+        where a later AM attempt may read it. Raises EnvironmentMissing."""
+        if self.am_attempt()[1] < 2:
+            return
+        client, path = self._course_file(settings)
+        with webhdfs.failing_as("keeping the job's course for a later ApplicationMaster"):
+            webhdfs.put_text(client, path, so_far.to_json(), permission="600")
+
+    def kept_course(self, spec: JobSpec, settings: Settings) -> CourseSoFar | None:
+        """The course an earlier AM attempt kept: read only when the file is the user's own
+        and nobody else may write it (another cluster user cannot steer the job with a
+        planted one); None where there is none. Raises EnvironmentMissing."""
+        client, path = self._course_file(settings)
+        with webhdfs.failing_as("reading the course an earlier ApplicationMaster kept"):
+            st = client.status(path, strict=False)
+            if st is None:
+                return None
+            if st.get("owner") != settings.user or int(st.get("permission", "777"), 8) & 0o022:
+                say(f"{path} is not {settings.user}'s own private file "
+                    f"(owner {st.get('owner')}, mode {st.get('permission')}): not read", "driver")
+                return None
+            with client.read(path, encoding="utf-8") as f:
+                return CourseSoFar.from_json(f.read(), path)
+
+    def forget_course(self, spec: JobSpec, settings: Settings) -> None:
+        if self.am_attempt()[1] < 2:
+            return
+        client, path = self._course_file(settings)
+        with webhdfs.failing_as("removing the job's kept course"):
+            client.delete(path)
+
+    def _course_file(self, settings: Settings) -> tuple[Any, str]:
+        where = course_path(settings.user, settings.job_id or "unknown")
+        client = webhdfs.container_client(where, settings.hadoop_conf_dir, settings.user,
+                                          settings.token_file, HISTORY_SAVE_S)
+        return client, webhdfs.hdfs_path(where)
 
     def save_page(self, spec: JobSpec, view: JobView, settings: Settings) -> str:
         """In HDFS, over WebHDFS with the container's delegation token (no JVM here)."""
