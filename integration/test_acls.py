@@ -128,3 +128,45 @@ def _has_user(name: str) -> bool:
             return True
         except KeyError:
             return False
+
+
+def test_a_course_planted_by_another_hdfs_user_is_not_resumed_from(tmp_path, capsys):
+    """The driver of a later ApplicationMaster attempt reads the job's kept course back
+    from HDFS (`YarnSite.kept_course`). Where the owner left the dir open to others,
+    mallory plants one for the job (claiming to be mallory over WebHDFS, as simple auth
+    lets anyone): it is refused by its owner, never read; the owner's own is read."""
+    from hdfs import InsecureClient
+
+    from tfyarn.core.records import CourseSoFar
+    from tfyarn.core.settings import Settings
+    from tfyarn.core.tfconfig import course_path
+    from tfyarn.hdfs import webhdfs
+    from tfyarn.runtime.site import YarnSite
+
+    conf = os.environ["HADOOP_CONF_DIR"]
+    job_id = f"application_0_{os.getpid()}"
+    path = webhdfs.hdfs_path(course_path(OWNER, job_id))
+    folder = path.rsplit("/", 1)[0]
+    address = webhdfs.http_address(course_path(OWNER, job_id), conf)
+    owner, mallory = InsecureClient(address, user=OWNER), InsecureClient(address, user="mallory")
+    owner.makedirs(folder)
+    home = webhdfs.hdfs_path(course_path(OWNER, "x")).rsplit("/", 2)[0]
+    modes = {p: owner.status(p)["permission"] for p in (home, folder)}
+    try:
+        for p in modes:
+            owner.set_permission(p, "777")  # the owner's lax choice
+        forged = CourseSoFar(1, "evil", 0.0, 7, 0.0, memory={"worker": 999999})
+        mallory.write(path, data=forged.to_json(), overwrite=True, permission="666")
+        site = YarnSite(None, None)  # type: ignore[arg-type]  # store and app: unused here
+        settings = Settings(user=OWNER, job_id=job_id, hadoop_conf_dir=conf)
+        assert site.kept_course(None, settings) is None  # type: ignore[arg-type]
+        assert f"is not {OWNER}'s own private file (owner mallory" in capsys.readouterr().err
+        owner.delete(path)
+        mine = CourseSoFar(1, "127.0.0.2", 0.0, 1, 0.0)
+        site.keep_course_file(settings, mine)
+        assert owner.status(path)["permission"] == "600"
+        assert site.kept_course(None, settings) == mine  # type: ignore[arg-type]
+    finally:
+        owner.delete(path)
+        for p, mode in modes.items():
+            owner.set_permission(p, mode)

@@ -194,8 +194,10 @@ class YarnSite(Site):
     def keep_course(self, spec: JobSpec, settings: Settings, so_far: CourseSoFar) -> None:
         """In the user's own HDFS dir (`tfyarn_home`, 0700), 0600, renamed in whole; only
         where a later AM attempt may read it. Raises EnvironmentMissing."""
-        if self.am_attempt()[1] < 2:
-            return
+        if self.am_attempt()[1] >= 2:
+            self.keep_course_file(settings, so_far)
+
+    def keep_course_file(self, settings: Settings, so_far: CourseSoFar) -> None:
         client, path = self._course_file(settings)
         with webhdfs.failing_as("keeping the job's course for a later ApplicationMaster"):
             webhdfs.put_text(client, path, so_far.to_json(), permission="600")
