@@ -291,7 +291,7 @@ def test_an_application_master_lost_with_its_node_is_named(monkeypatch):
         watch.Watcher(Yarn(client), "application_1_0006", _spec(), poll_s=0.01).run()
     text = str(failed.value)
     assert "FAILED: the ApplicationMaster was lost with its node 127.0.0.2, and every task " \
-           "ended with it" in text
+           "ended with it, with no ApplicationMaster attempt left (--am-attempts" in text
     assert "resubmit the job [YARN: Application application_1795585834313_0001 failed 1 times" \
         in text and "Container released on a *lost* node]" in text
     assert "tfyarn logs application_1_0006" in text
