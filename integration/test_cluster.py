@@ -437,6 +437,79 @@ class PreemptionNotices:
         self.client.close()
 
 
+# A training loop of 0.1 s steps (`tfyarn.progress`); task 0 saves the step to the shared
+# state dir every EVERY steps (0: never) and, with NOTICE, at YARN's preemption notice
+# (then every task holds until the kill); attempt 0 runs until it is preempted, a later
+# one resumes from the saved step and runs 100 more. `last<task>.<attempt>`: the last step.
+STEPPER = """import os, pathlib, sys, time, tfyarn
+ckpt, state = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+every, notice = int(sys.argv[3]), sys.argv[4] == "notice"
+task, attempt = os.environ["TFYARN_TASK_INDEX"], int(os.environ["TFYARN_ATTEMPT"])
+saved = state / "step"
+start = int(saved.read_text()) if saved.exists() else 0
+if attempt == 0:
+    (ckpt / f"w{task}.tmp").write_text(os.environ["NM_HOST"])
+    os.rename(ckpt / f"w{task}.tmp", ckpt / f"w{task}")
+else:
+    print(f"attempt {attempt} resumed from step {start}", flush=True)
+step = start
+while attempt == 0 or step < start + 100:
+    step += 1
+    tfyarn.progress(step)
+    time.sleep(0.1)
+    (state / f"last{task}.{attempt}").write_text(str(step))
+    if task == "0" and every and step % every == 0:
+        saved.write_text(str(step))
+    if notice and tfyarn.preempting():
+        if task == "0":
+            saved.write_text(str(step))
+            print(f"saved a checkpoint at step {step} after YARN's preemption notice", flush=True)
+        while tfyarn.preempting():
+            time.sleep(0.1)
+"""
+
+
+def preempted_stepper(tmp_path: Path, apps: list[str], notice: bool, every: int = 0):
+    """contend()'s A as a STEPPER job (--max-restarts 2), preempted for B; both ended.
+    A's stderr, its id, and the state dir."""
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir(), b_dir.mkdir()
+    ckpt, state = a_dir / "ckpt", a_dir / "state"
+    ckpt.mkdir(), state.mkdir()
+    (a_dir / "stepper.py").write_text(STEPPER)
+    how = "notice" if notice else "ignore"
+    a, a_id = submit(a_dir, apps, "-t", "tensorflow-worker", "-wn", "3", "-wm", "3000", "-f",
+                     "./", "--queue", "default", "--max-restarts", "2", "-c",
+                     f"python stepper.py {ckpt} {state} {every} {how}")
+    placed(ckpt, 3)
+    b, _ = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1500",
+                  "--queue", "urgent", "-c", "true")
+    _, b_err = b.communicate(timeout=600)
+    assert b.returncode == 0, b_err
+    _, a_err = a.communicate(timeout=600)
+    assert a.returncode == 0, a_err
+    return a_err, a_id, state
+
+
+def test_a_preemption_notice_becomes_a_checkpoint_and_the_restart_resumes_from_it(
+        tmp_path, apps):
+    """YARN's notice reaches the tasks before the kill (tfyarn.preempting()); task 0 saves
+    at the step it is at and every task holds; the restart after the preemption resumes
+    from that step: nothing done before the kill is lost."""
+    a_err, a_id, state = preempted_stepper(tmp_path, apps, notice=True)
+    assert re.search(r"YARN's preemption notice for worker-\d.*: the tasks are told", a_err), a_err
+    assert re.search(r"attempt 2/3: restarting after worker:\d was preempted by YARN", a_err)
+    saved = int((state / "step").read_text().strip())  # attempt 2's 100 steps saved nothing
+    logs = yarn_cli("logs", "-applicationId", a_id)
+    at = re.findall(r"^saved a checkpoint at step (\d+) after YARN's preemption notice", logs,
+                    re.M)
+    resumed = re.findall(r"^attempt 1 resumed from step (\d+)", logs, re.M)
+    assert at and resumed and set(resumed) == {at[0]}, (at, resumed)
+    reached = max(int((state / f"last{t}.0").read_text()) for t in range(3))
+    assert 0 <= reached - int(at[0]) <= 1, (reached, at)  # steps lost to the preemption
+    assert saved >= int(at[0])
+
+
 def test_preemption_without_restarts_fails_saying_preempted(tmp_path, apps):
     """...and the RM's notice reached A's store while the containers it names still ran
     (the sandbox's RM waits 8 s between its notice and the kill)."""

@@ -15,7 +15,7 @@ import uuid
 from conftest import job_processes
 
 from tfyarn.core.jobspec import JobSpec, Resources, Role
-from tfyarn.core.records import Cluster, TaskEnd
+from tfyarn.core.records import Cluster, PreemptionNotice, TaskEnd
 from tfyarn.core.tfconfig import Task
 from tfyarn.protocol import kv as kvmod
 
@@ -26,11 +26,12 @@ class Container:
     """A launcher in its own session (as YARN starts a container), with its own store."""
 
     def __init__(self, tmp_path, command: str, processes: int = 1,
-                 heartbeat_timeout_s: float = 30.0) -> None:
+                 heartbeat_timeout_s: float = 30.0, env: tuple = ()) -> None:
         self.job_id = f"test_{uuid.uuid4().hex[:8]}"
         app = "standalone" if processes == 1 else "tensorflow-worker"
         spec = JobSpec("t", app, (Role("worker", processes, Resources(1024, 1)),), command,
-                       tasks_per_container=processes, heartbeat_timeout_s=heartbeat_timeout_s)
+                       tasks_per_container=processes, heartbeat_timeout_s=heartbeat_timeout_s,
+                       env=env)
         self.tasks = spec.tasks()
         (tmp_path / "job.json").write_text(spec.to_json())
         self.store = kvmod.Scoped(kvmod.DirKV(str(tmp_path / "kv")), 0)
@@ -204,3 +205,51 @@ def test_a_signal_while_the_main_thread_holds_the_wake_lock_does_not_deadlock():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=30)
     assert out.returncode == 0 and out.stdout.strip() == "launcher received SIGTERM", out.stderr
+
+
+PREEMPTED_TASK = """import os, pathlib, signal, time, tfyarn
+got = []
+signal.signal(signal.SIGUSR1, lambda *a: got.append(1))
+pathlib.Path("ready").write_text("1")
+while not tfyarn.preempting():
+    time.sleep(0.02)
+while not got:  # the signal follows the file
+    time.sleep(0.02)
+pathlib.Path("seen").write_text(open(os.environ["TFYARN_PREEMPTION_FILE"]).read())
+"""
+
+
+def test_a_preemption_notice_reaches_the_task_as_its_file_and_the_jobs_signal(tmp_path):
+    """The driver's `preempting/1` (YARN's notice for the gang): the launcher touches the
+    file `tfyarn.preempting()` looks at, and sends the signal the job named."""
+    (tmp_path / "t.py").write_text(PREEMPTED_TASK)
+    c = Container(tmp_path, f"{sys.executable} t.py",
+                  env=(("TFYARN_PREEMPTION_SIGNAL", "USR1"),))
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "ready").exists():
+        assert time.monotonic() < deadline and c.proc.poll() is None, "the task never started"
+        time.sleep(0.05)
+    c.store.put(kvmod.preempting_key(1), PreemptionNotice(time.time(), ("worker-0",)).to_json())
+    assert c.exit_record().code == 0
+    assert (tmp_path / "seen").read_text() == "YARN's preemption notice for worker-0 (strict)\n"
+    assert gone(c.job_id)
+
+
+def test_tfyarn_preempting_is_false_outside_a_task_and_after_the_hold(tmp_path, monkeypatch):
+    import os as _os
+
+    from tfyarn.core.timing import PREEMPTION_HOLD_S
+    from tfyarn.runtime import preemption
+
+    monkeypatch.delenv(preemption.ENV, raising=False)
+    monkeypatch.setattr(preemption, "_looked", False)
+    assert not preemption.preempting()
+    told = tmp_path / preemption.FILE
+    monkeypatch.setenv(preemption.ENV, str(told))
+    monkeypatch.setattr(preemption, "_looked", False)
+    assert not preemption.preempting()  # no notice yet
+    preemption.tell(str(told), "notice", [], None)
+    assert preemption.preempting()
+    past = time.time() - PREEMPTION_HOLD_S - 1
+    _os.utime(told, (past, past))  # a notice older than the hold: the RM changed its mind
+    assert not preemption.preempting()

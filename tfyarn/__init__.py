@@ -11,7 +11,8 @@ __version__ = "0.1.0"
 API = ("submit", "attach", "jobs", "run", "Job", "JobStatus", "JobFailed", "SpecError")
 
 
-TASK = ("progress", "progress_callback")  # what a task calls: no API, no client loaded
+# what a task calls: no API, no client loaded
+TASK = ("progress", "progress_callback", "preempting", "preemption_callback")
 
 
 def __getattr__(name: str) -> Any:
@@ -20,9 +21,11 @@ def __getattr__(name: str) -> Any:
 
         return getattr(api, name)
     if name in TASK:
-        from tfyarn.runtime import steps
+        from tfyarn.runtime import preemption, steps
 
-        value = steps.progress if name == "progress" else steps.keras_callback
+        value = {"progress": steps.progress, "progress_callback": steps.keras_callback,
+                 "preempting": preemption.preempting,
+                 "preemption_callback": preemption.keras_callback}[name]
         globals()[name] = value  # looked up once: a call per step costs no lookup
         return value
     raise AttributeError(f"module 'tfyarn' has no attribute {name!r}")

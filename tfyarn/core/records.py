@@ -289,6 +289,18 @@ class AttemptTime(Record):
 
 
 @dataclass(frozen=True)
+class PreemptionNotice(Record):
+    """`preempting/<n>` (a gang's): YARN's n-th preemption notice naming containers of the
+    gang, as the driver passes it on: when the RM gave it (epoch seconds), the tfyarn
+    containers it names, and whether YARN will take them whatever the application does
+    (strict) or asks them back (negotiable: taken unless as much is given back)."""
+
+    at: float
+    containers: tuple[str, ...]
+    strict: bool = True
+
+
+@dataclass(frozen=True)
 class StepSamples(Record):
     """An attempt's step log (`policy.StepLog`) as kept: when its highest step moved,
     each task's first step and when, and each task's last rate."""

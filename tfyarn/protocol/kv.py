@@ -46,6 +46,7 @@ PAGE = "page"  # the job page's URL (on YARN: proxied through the ResourceManage
 TENSORBOARD_DONE = "tensorboard_done"  # put by the TensorBoard side task when it ended
 TASKS = "tasks"  # records.JobTasks: every task of the job, put by the driver first
 JOB = "job"  # the JobSpec's own JSON, put by the driver first: a handle that attaches reads it
+PREEMPTION = "skein:preemption"  # the RM's notice as skein's AM puts it (patch 0005): JSON
 AM = "am"  # "N": put by the driver of ApplicationMaster attempt N > 1 (a lost AM resumed)
 
 
@@ -76,6 +77,12 @@ def steps_key(task: Task) -> str:
     """Put by the launcher with a heartbeat when the task reported a new step
     (records.StepReport); read by the driver as often as heartbeats, never followed."""
     return f"steps/{task}"
+
+
+def preempting_key(n: int) -> str:
+    """A gang's n-th preemption notice (records.PreemptionNotice), put by the driver; every
+    launcher of the gang waits for the next one and tells its tasks."""
+    return f"preempting/{n}"
 
 
 def lost_key(task: Task) -> str:

@@ -164,6 +164,7 @@ class Referee:
     advertise_host: str = "127.0.0.1"
     rendezvous: RendezvousServer | None = None
     said_lost: set[Task] = field(default_factory=set)
+    notices: int = 0  # YARN's preemption notices for this gang, passed on
 
     def __post_init__(self) -> None:
         self.liveness = Liveness(self.spec.heartbeat_timeout_s)
@@ -298,10 +299,31 @@ class Referee:
         stuck = self.stalls.stalled(now, records)
         return stall_outcome(stuck, self.spec.stall_timeout_s) if stuck else None
 
+    def preemption(self, raw: str) -> None:
+        """YARN's preemption notice (the AM's key): passed to the gang's launchers when it
+        names this gang's containers, which tell their tasks (`tfyarn.preempting()`)."""
+        notice = self.gang.notice(self.gang_no, raw)
+        if notice is None:
+            return
+        self.notices += 1
+        self.store.put(kvmod.preempting_key(self.notices), notice.to_json())
+        words = (f"YARN's preemption notice for {', '.join(notice.containers)}: the tasks are "
+                 "told (tfyarn.preempting()), so they can save a checkpoint before the kill")
+        say(words, "driver")
+        self.job_store.put(kvmod.PHASE, words)
+
+    def after_notice(self, outcome: Outcome | None) -> Outcome | None:
+        """A task that fails after a preemption notice (a PreemptionCheckpointHandler
+        exits once it saved) was preempted, not broken: retryable."""
+        if outcome is None or not self.notices or outcome.cause != Cause.PERMANENT:
+            return outcome
+        return replace(outcome, cause=Cause.RETRYABLE,
+                       message=f"{outcome.message} (after YARN's preemption notice)")
+
     def step(self, snap: Snapshot) -> Outcome | None:
         records = self.last_records = self.records(snap)
         self.steps.observe(snap.steps)
-        outcome = (self.external_stop() or decide(self.spec, records)
+        outcome = (self.external_stop() or self.after_notice(decide(self.spec, records))
                    or self.deadline_passed(snap.addrs) or self.give_back()
                    or self.stalled(snap, records))
         if outcome is None:
@@ -356,6 +378,7 @@ class Tracker:
     feed: kvmod.Feed = field(init=False)
     snap: Snapshot = field(default_factory=Snapshot)
     beats_at: float = -1e9
+    notices: list[str] = field(default_factory=list)  # YARN's, as they came (the AM's key)
 
     def __post_init__(self) -> None:
         dirs = [self.scoped.prefix + kind for kind in kvmod.EVENT_KINDS]
@@ -368,6 +391,8 @@ class Tracker:
         for key, value in self.feed.next(timeout).items():
             if key.startswith(self.scoped.prefix):
                 taskstate.apply(self.snap, key[n:], value)
+            elif key == kvmod.PREEMPTION:
+                self.notices.append(value)
         if time.monotonic() - self.beats_at >= self.beat_s:
             self.beats_at = time.monotonic()
             for key, value in self.scoped.beats("beat/").items():
@@ -577,6 +602,8 @@ def run_gang(course: Course, referee: Referee, attempt: int
     scoped = kvmod.Scoped(store, course.gang_no)
     tracker = Tracker(store, scoped, heartbeat_s(spec.heartbeat_timeout_s))
     while (outcome := referee.step(tracker.next(DRIVER_TICK_S))) is None:
+        while tracker.notices:
+            referee.preemption(tracker.notices.pop(0))
         course.keep()
     if outcome.cause != Cause.REGROUP:  # a gang given back is told once, with when it asks again
         say(f"{outcome.state}: {outcome.message}", "driver")

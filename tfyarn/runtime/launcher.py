@@ -39,7 +39,15 @@ from tfyarn.core.policy import (
     token_end,
     token_expired,
 )
-from tfyarn.core.records import Cause, Cluster, RankTable, Started, StepReport, TaskEnd
+from tfyarn.core.records import (
+    Cause,
+    Cluster,
+    PreemptionNotice,
+    RankTable,
+    Started,
+    StepReport,
+    TaskEnd,
+)
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import (
@@ -65,7 +73,7 @@ from tfyarn.hdfs import plugin as hdfs
 from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import users_env
-from tfyarn.runtime import docker, keytab, nodegpus, steps
+from tfyarn.runtime import docker, keytab, nodegpus, preemption, steps
 from tfyarn.runtime.callfn import RESULT_VAR
 from tfyarn.system import spawn, streams, tree
 
@@ -191,6 +199,33 @@ def watch_stop(store: kvmod.KV, flag: StopFlag, done: threading.Event,
         if reason is not None:
             flag.set(f"stopped by the driver: {reason}")
             return
+
+
+def watch_preemption(launcher: Launcher) -> None:
+    """Once the tasks run, each preemption notice the driver passes to the gang is told
+    to them (`preemption.tell`): the file `tfyarn.preempting()` looks at, and the job's
+    signal if it named one."""
+    store, done = launcher.store, launcher.done
+    launcher.cluster_seen.wait()
+    n = 1
+    while not done.is_set():
+        try:
+            raw = store.wait(kvmod.preempting_key(n), timeout=STOP_WAIT_S)
+            if raw is None:
+                continue
+            store.expect([kvmod.preempting_key(n + 1)])
+        except (StoreGone, OSError):
+            return  # the stop watch says why
+        notice = PreemptionNotice.from_json(raw, kvmod.preempting_key(n))
+        n += 1
+        words = (f"YARN's preemption notice for {', '.join(notice.containers)} "
+                 f"({'strict' if notice.strict else 'negotiable'})")
+        pids = [s.child.pid for s in launcher.slots if s.child is not None]
+        why = preemption.tell(preemption.path_for(os.getcwd()), words, pids,
+                              dict(launcher.args.job.env).get(preemption.SIGNAL_ENV))
+        for slot in launcher.slots:
+            say(f"{words}: told the task (tfyarn.preempting() is true"
+                + (f"; {why})" if why else ")"), slot.task)
 
 
 def wait_for_cluster(store: kvmod.KV, flag: StopFlag, deadline: float) -> Cluster | None:
@@ -320,11 +355,14 @@ class Launcher:
     done: threading.Event = field(default_factory=threading.Event)  # the launcher ends
     reports: dict[Task, StepReport] = field(default_factory=dict)  # steps forwarded
     card_mib: int | None = None  # the GPU's memory, for --gpu-memory-fraction's cap in MB
+    slots: list[Slot] = field(default_factory=list)  # the tasks, once they start
 
     def run(self) -> None:
         """Register every task, wait for the cluster, run and supervise the processes."""
         host = self.settings.advertise_host or socket.getfqdn()
-        self.store.expect([kvmod.CLUSTER, kvmod.STOP])  # before the driver can put them
+        # before the driver can put them
+        self.store.expect([kvmod.CLUSTER, kvmod.STOP, kvmod.preempting_key(1)])
+        preemption.forget(preemption.path_for(os.getcwd()))
         unfit = self.docker_problem(host) or self.login_problem()
         if unfit:
             for task in self.args.tasks:
@@ -352,6 +390,7 @@ class Launcher:
         raw = self.store.get(kvmod.RANKS)
         ranks = None if raw is None else RankTable.from_json(raw, kvmod.RANKS)
         devices = self.devices()
+        self.slots = slots
         for slot in slots:
             self.start(slot, self.env_for(slot, cluster, ranks, devices))
         supervise(slots, self.flag, self.args.job.stop_grace_s, {self.watchdog}, self.ended)
@@ -423,6 +462,7 @@ class Launcher:
                            model_dir(job.model_dir, job_id, user), job.tensorboard_dir))
         env[RESULT_VAR] = slot.result_file
         env[steps.ENV] = steps.path_for(os.getcwd(), str(slot.task))
+        env[preemption.ENV] = preemption.path_for(os.getcwd())
         with contextlib.suppress(FileNotFoundError):  # an earlier run's, in this dir
             os.remove(env[steps.ENV])
         if job.runtime.mode == "local":  # `tfyarn.run`'s tasks: the launcher's own python
@@ -552,6 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interval = heartbeat_s(args.job.heartbeat_timeout_s)
         _daemon(lambda: heartbeat(store, args.tasks, flag, done, interval, launcher.reports))
         _daemon(lambda: watch_stop(store, flag, done, launcher.cluster_seen))
+        _daemon(lambda: watch_preemption(launcher))
         launcher.run()
     except Exception as exc:  # the launcher's last resort, never silent: whatever broke is
         # reported as this task's exit (the driver then decides), and its tree is stopped
