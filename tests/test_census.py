@@ -157,3 +157,31 @@ def test_scalars_for_tensorboard(el_submit, tmp_path):
     events.Reload()
     assert [e.step for e in events.Tensors("epoch_loss")] == [1, 2]
     assert [e.step for e in events.Tensors("eval_accuracy")] == [2]
+
+
+def test_at_a_preemption_notice_the_chief_saves_holds_and_the_rerun_resumes_there(workdir):
+    """The census as a task told of YARN's notice (its TFYARN_PREEMPTION_FILE touched, as
+    the launcher does): it saves at the step it is at and holds; SIGKILLed there (YARN's
+    kill), it is run again and resumes from that step, mid-epoch."""
+    told = workdir / ".tfyarn-preempting"
+    told.write_text("YARN's preemption notice for worker-0 (strict)\n")
+    env = {**os.environ, "TFYARN_PREEMPTION_FILE": str(told)}
+    args = [sys.executable, "census_single.py", "--epochs", "1", "--checkpoint-dir",
+            str(workdir / "ckpt")]
+    proc = subprocess.Popen(args, cwd=workdir, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen = []
+    for line in proc.stdout:
+        seen.append(line)
+        if line.startswith("saved a checkpoint at step"):
+            break
+    proc.kill()
+    proc.wait(timeout=30)
+    assert seen and seen[-1] == "saved a checkpoint at step 1 after YARN's preemption notice\n", \
+        "".join(seen[-20:])
+    told.unlink()
+    again = subprocess.run(args, cwd=workdir, env=env, capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed from epoch 0 step 1 (saved at YARN's preemption notice)" in again.stdout
+    assert float(re.findall(r"^eval_accuracy=(\d\.\d+)$", again.stdout, re.M)[-1]) >= 0.8

@@ -17,7 +17,12 @@ local path or hdfs://) and scores adult.test with it, printing `eval_accuracy=` 
 
 Saves a checkpoint after every epoch in --checkpoint-dir (default: tfyarn's
 TFYARN_CHECKPOINT_DIR) and resumes from the latest one, printing `resumed from epoch K`:
-so a job restarted by tfyarn (--max-restarts) goes on where it stopped. Writes TensorBoard
+so a job restarted by tfyarn (--max-restarts) goes on where it stopped. At YARN's
+preemption notice (`tfyarn.preempting()`) the chief saves at the step it is at and holds
+until the containers are taken: the restart resumes from that step (`resumed from epoch
+K step S`), so a preemption loses no work (single process and PSS; MWMS workers would
+each see the notice at another step: TensorFlow's PreemptionCheckpointHandler with
+`termination_watcher_fn=tfyarn.preempting` agrees one). Writes TensorBoard
 scalars (loss per epoch, eval accuracy) to --tensorboard-dir (default: tfyarn's
 TFYARN_TENSORBOARD_DIR, set with -enable_tensorboard True -log_tensorboard DIR).
 """
@@ -30,6 +35,7 @@ import json
 import os
 import random
 import sys
+import time
 import zlib
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -229,6 +235,16 @@ def build_model(enc: Encoder):
     return keras.Model({"ids": ids, "num": num}, logit)
 
 
+def preemption_check():
+    """tfyarn.preempting where tfyarn is installed: true once YARN said it will take this
+    job's containers (a checkpoint now loses nothing), else never."""
+    try:
+        from tfyarn import preempting
+    except ImportError:
+        return lambda: False
+    return preempting
+
+
 def progress_reporter():
     """tfyarn.progress where tfyarn is installed (a task of a tfyarn job: --stall-timeout
     and the page's steps/s read it), else a no-op: this file also runs plainly."""
@@ -289,15 +305,18 @@ def _value(loss) -> float | None:
 
 
 class Epochs:
-    """Per-epoch checkpoints (model and optimizer) in `directory`: `start` is the epoch to
-    resume from. Every MWMS worker must save (saving is collective), but only the one
-    that `writes` keeps its files; the others save into a scratch dir they remove."""
+    """Per-epoch checkpoints (model and optimizer) in `directory`, numbered by global step
+    (`per_epoch` steps an epoch): `start` is the epoch to resume from, `skip` the steps of
+    it already done (a checkpoint saved at YARN's preemption notice, mid-epoch). Every
+    MWMS worker must save (saving is collective), but only the one that `writes` keeps
+    its files; the others save into a scratch dir they remove."""
 
-    def __init__(self, directory: str | None, model, optimizer, writes: bool = True,
-                 summaries: str | None = None) -> None:
+    def __init__(self, directory: str | None, model, optimizer, per_epoch: int,
+                 writes: bool = True, summaries: str | None = None) -> None:
         import tensorflow as tf
 
-        self.start, self.manager = 0, None
+        self.start, self.skip, self.manager, self.per_epoch = 0, 0, None, per_epoch
+        self.preempting, self.saved_at_notice = preemption_check(), False
         self.writer = tf.summary.create_file_writer(summaries) if summaries and writes else None
         if not directory:
             return
@@ -313,15 +332,37 @@ class Epochs:
         self.manager = tf.train.CheckpointManager(ckpt, self.scratch or directory, max_to_keep=2)
         if latest:
             ckpt.restore(latest)
-            self.start = int(latest.rsplit("-", 1)[1])
-            print(f"resumed from epoch {self.start}", flush=True)
+            self.start, self.skip = divmod(int(latest.rsplit("-", 1)[1]), per_epoch)
+            print(f"resumed from epoch {self.start}"
+                  + (f" step {self.skip} (saved at YARN's preemption notice)" if self.skip
+                     else ""), flush=True)
+
+    def first(self, epoch: int) -> int:
+        """The epoch's first step to run (past what a mid-epoch checkpoint holds)."""
+        return self.skip if epoch == self.start else 0
+
+    def notice(self, step: int) -> None:
+        """At YARN's preemption notice (tfyarn.preempting()): save at `step` once, then
+        hold until the containers are taken, or the notice lapses (training goes on). The
+        chief alone calls this: MWMS workers would each see the notice at another step
+        (TensorFlow's PreemptionCheckpointHandler agrees one for them)."""
+        if not self.preempting():
+            self.saved_at_notice = False
+            return
+        if self.manager is not None and not self.saved_at_notice:
+            self.manager.save(checkpoint_number=step)
+            print(f"saved a checkpoint at step {step} after YARN's preemption notice",
+                  flush=True)
+        self.saved_at_notice = True
+        while self.preempting():
+            time.sleep(0.2)
 
     def done(self, epoch: int, loss=None) -> None:
         """Epoch `epoch` (counted from 1) is complete: its loss to TensorBoard, and save it."""
         self.scalar("epoch_loss", loss, epoch)
         if self.manager is None:
             return
-        self.manager.save(checkpoint_number=epoch)
+        self.manager.save(checkpoint_number=epoch * self.per_epoch)
         if self.scratch:
             import tensorflow as tf
 
@@ -351,15 +392,16 @@ def train_here(args, enc, train, labels):
     model = build_model(enc)
     optimizer = keras.optimizers.Adam(args.learning_rate)
     optimizer.build(model.trainable_variables)
-    epochs = Epochs(args.checkpoint_dir, model, optimizer, summaries=args.tensorboard_dir)
+    n = steps_per_epoch(args, labels)
+    epochs = Epochs(args.checkpoint_dir, model, optimizer, n, summaries=args.tensorboard_dir)
     step = make_step(tf.distribute.get_strategy(), model, optimizer, args.batch_size)
     it = iter(dataset(train, labels, args.batch_size, repeat=True))
     report = progress_reporter()
     for epoch in range(epochs.start, args.epochs):
-        n = steps_per_epoch(args, labels)
-        for i in range(n):
+        for i in range(epochs.first(epoch), n):
             loss = step(it)
             report(epoch * n + i + 1)
+            epochs.notice(epoch * n + i + 1)
         epochs.done(epoch + 1, loss)
     return model, epochs
 
@@ -375,7 +417,9 @@ def train_ps(args, enc, train, labels, resolver):
         model = build_model(enc)
         optimizer = keras.optimizers.Adam(args.learning_rate)
         optimizer.build(model.trainable_variables)
-        epochs = Epochs(args.checkpoint_dir, model, optimizer, summaries=args.tensorboard_dir)
+        n = steps_per_epoch(args, labels)
+        epochs = Epochs(args.checkpoint_dir, model, optimizer, n,
+                        summaries=args.tensorboard_dir)
     step = make_step(strategy, model, optimizer, args.batch_size)
 
     def per_worker():
@@ -383,11 +427,14 @@ def train_ps(args, enc, train, labels, resolver):
 
     it = iter(coordinator.create_per_worker_dataset(per_worker))
     report = progress_reporter()
+    preempting = preemption_check()
     for epoch in range(epochs.start, args.epochs):
-        n = steps_per_epoch(args, labels)
-        for i in range(n):
+        for i in range(epochs.first(epoch), n):
             loss = coordinator.schedule(step, args=(it,))
             report(epoch * n + i + 1)  # scheduled: the chief's view
+            if preempting():  # what was scheduled is done first: then the save holds it
+                coordinator.join()
+                epochs.notice(epoch * n + i + 1)
         coordinator.join()
         epochs.done(epoch + 1, loss)
     return model, epochs
@@ -404,7 +451,8 @@ def train_mwms(args, enc, train, labels):
         model = build_model(enc)
         optimizer = keras.optimizers.Adam(args.learning_rate)
         optimizer.build(model.trainable_variables)
-        epochs = Epochs(args.checkpoint_dir, model, optimizer,
+        n = steps_per_epoch(args, labels)
+        epochs = Epochs(args.checkpoint_dir, model, optimizer, n,
                         writes=strategy.cluster_resolver.task_id == 0,
                         summaries=args.tensorboard_dir)
     per_replica = args.batch_size // strategy.num_replicas_in_sync
@@ -418,8 +466,7 @@ def train_mwms(args, enc, train, labels):
     step = make_step(strategy, model, optimizer, args.batch_size)
     report = progress_reporter()
     for epoch in range(epochs.start, args.epochs):
-        n = steps_per_epoch(args, labels)
-        for i in range(n):
+        for i in range(epochs.first(epoch), n):
             loss = step(it)
             report(epoch * n + i + 1)
         epochs.done(epoch + 1, loss)
