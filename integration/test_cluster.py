@@ -444,6 +444,7 @@ class PreemptionNotices:
 STEPPER = """import os, pathlib, sys, time, tfyarn
 ckpt, state = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 every, notice = int(sys.argv[3]), sys.argv[4] == "notice"
+limit = int(sys.argv[5]) if len(sys.argv) > 5 else 10**9  # attempt 0's last step
 task, attempt = os.environ["TFYARN_TASK_INDEX"], int(os.environ["TFYARN_ATTEMPT"])
 saved = state / "step"
 start = int(saved.read_text()) if saved.exists() else 0
@@ -453,7 +454,7 @@ if attempt == 0:
 else:
     print(f"attempt {attempt} resumed from step {start}", flush=True)
 step = start
-while attempt == 0 or step < start + 100:
+while step < (limit if attempt == 0 else start + 100):
     step += 1
     tfyarn.progress(step)
     time.sleep(0.1)
@@ -464,6 +465,7 @@ while attempt == 0 or step < start + 100:
         if task == "0":
             saved.write_text(str(step))
             print(f"saved a checkpoint at step {step} after YARN's preemption notice", flush=True)
+            (state / "held").write_text(str(step))
         while tfyarn.preempting():
             time.sleep(0.1)
 """
@@ -508,6 +510,30 @@ def test_a_preemption_notice_becomes_a_checkpoint_and_the_restart_resumes_from_i
     reached = max(int((state / f"last{t}.0").read_text()) for t in range(3))
     assert 0 <= reached - int(at[0]) <= 1, (reached, at)  # steps lost to the preemption
     assert saved >= int(at[0])
+
+
+def test_a_notice_the_resourcemanager_takes_back_costs_the_hold_and_no_restart(tmp_path, apps):
+    """B, which A was to be preempted for, is killed once A holds at the notice: the RM
+    takes nothing, A's tasks train on once the notice lapses (PREEMPTION_HOLD_S), and A
+    SUCCEEDS in its first attempt."""
+    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
+    a_dir.mkdir(), b_dir.mkdir()
+    ckpt, state = a_dir / "ckpt", a_dir / "state"
+    ckpt.mkdir(), state.mkdir()
+    (a_dir / "stepper.py").write_text(STEPPER)
+    a, a_id = submit(a_dir, apps, "-t", "tensorflow-worker", "-wn", "3", "-wm", "3000", "-f",
+                     "./", "--queue", "default", "--max-restarts", "2", "-c",
+                     f"python stepper.py {ckpt} {state} 0 notice 600")
+    placed(ckpt, 3)
+    b, b_id = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1500",
+                     "--queue", "urgent", "-c", "sleep 300")
+    wait_until(lambda: (state / "held").exists(), 120, "A's task 0 holding at the notice")
+    yarn_cli("application", "-kill", b_id)
+    b.communicate(timeout=120)
+    _, a_err = a.communicate(timeout=600)
+    assert a.returncode == 0, a_err
+    assert "YARN's preemption notice for worker-" in a_err and "restarting" not in a_err, a_err
+    assert [int((state / f"last{t}.0").read_text()) for t in range(3)] == [600] * 3
 
 
 def test_preemption_without_restarts_fails_saying_preempted(tmp_path, apps):

@@ -82,9 +82,9 @@ PAGE_DELAY_S = 0.5  # the job page starts this long into the job (its imports of
 PAGE_START_WAIT_S = 5.0  # a job that ended before its page was up waits this long for it
 VERDICT_EXIT_S = 20.0  # the driver process ends this long after its verdict at the latest
 ACK_WAIT_S = 5.0  # how long the AM stays for a watching client to read the final status
-PREEMPTION_HOLD_S = 60.0  # a task told of YARN's preemption notice may hold training this long
+PREEMPTION_HOLD_S = 30.0  # a task told of YARN's preemption notice may hold training this long
 # (tfyarn.preempting() is true meanwhile); the RM kills after max_wait_before_kill (15 s by
-# default); a notice not followed by a kill within this long: the RM changed its mind
+# default); a notice not followed by a kill within twice that: the RM changed its mind
 COURSE_KEEP_S = 30.0  # YARN: the driver keeps the job's course so far for a later AM attempt
 # this often (and at each attempt's start); a lost AM costs at most this much goodput record
 HISTORY_SAVE_S = 5.0  # keeping the final page (each WebHDFS call, and all of them: the
