@@ -27,6 +27,7 @@ from conftest import (
     yarn_cli,
     yarn_site,
 )
+from programs import STEPPER  # tests/ (on the path: conftest), the bench's too
 
 pytestmark = pytest.mark.yarn
 SANDBOX = REPO / "scripts" / "yarn-sandbox"
@@ -218,6 +219,43 @@ def test_a_lost_node_without_restarts_fails_naming_task_and_node(tmp_path, apps,
     assert re.search(rf"Error: {app_id} FAILED: worker:\d was lost with its node "
                      rf"{re.escape(node)} {LOST}", err), err
     assert took < expiry_s() + 30, took
+    wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
+
+
+def task_nodes(app_id: str) -> list[str]:
+    """The nodes of the application's task containers YARN has given so far (the RM's
+    containers of its current attempt, less the ApplicationMaster's, the first)."""
+    attempt = get(f"apps/{app_id}/appattempts")["appAttempts"]["appAttempt"][-1]
+    listed = get(f"apps/{app_id}/appattempts/{attempt['appAttemptId']}/containers")
+    items = listed.get("container") or []
+    items = [items] if isinstance(items, dict) else items  # one container: not a list
+    found = sorted((c["containerId"], c["nodeId"].rsplit(":", 1)[0]) for c in items)
+    return [node for _, node in found[1:]]
+
+
+def test_the_node_holding_a_starting_gang_dies_and_the_job_succeeds_on_the_others(
+        tmp_path, apps, whole_cluster):
+    """The node given a starting gang's container killed as it starts (before the gang
+    ran): its containers are given back without spending a restart and asked for again
+    at once, and YARN gives them on the live nodes; SUCCEEDED within node expiry + 60 s.
+    (Here the RM finds the node lost, after the sandbox's 10 s expiry, before a start to
+    it fails: skein patch 0006's 20 s and 0009's keep-out serve a cluster whose expiry is
+    YARN's 10 minutes; tests/java/KeepOutCheck.java checks the keep-out.)"""
+    proc, app_id = submit(tmp_path, apps, "-t", "tensorflow-worker", "-wn", "3", "-wm", "1000",
+                          "--max-restarts", "1", "-c", "sleep 5")
+    wait_until(lambda: any(get(f"apps/{app_id}")["app"]["state"] == "RUNNING" and
+                           n != am_host(app_id) for n in task_nodes(app_id)), 120,
+               "a task container given on a node without the ApplicationMaster")
+    node = next(n for n in task_nodes(app_id) if n != am_host(app_id))
+    killed = kill_node(node)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    assert time.monotonic() - killed < expiry_s() + 60, err
+    assert final_state(app_id) == "FINISHED/SUCCEEDED"
+    driver = yarn_cli("logs", "-applicationId", app_id)  # its words on a gang given back
+    assert re.search(rf"lost with its node {re.escape(node)} .*; asking again at once, on "
+                     r"other nodes \(no restart spent\)", driver) or \
+        "attempt 2/2: restarting after" in err, err  # the gang had run: a restart then
     wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
 
 
@@ -435,40 +473,6 @@ class PreemptionNotices:
     def close(self) -> None:
         self.thread.join(timeout=60)
         self.client.close()
-
-
-# A training loop of 0.1 s steps (`tfyarn.progress`); task 0 saves the step to the shared
-# state dir every EVERY steps (0: never) and, with NOTICE, at YARN's preemption notice
-# (then every task holds until the kill); attempt 0 runs until it is preempted, a later
-# one resumes from the saved step and runs 100 more. `last<task>.<attempt>`: the last step.
-STEPPER = """import os, pathlib, sys, time, tfyarn
-ckpt, state = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-every, notice = int(sys.argv[3]), sys.argv[4] == "notice"
-limit = int(sys.argv[5]) if len(sys.argv) > 5 else 10**9  # attempt 0's last step
-task, attempt = os.environ["TFYARN_TASK_INDEX"], int(os.environ["TFYARN_ATTEMPT"])
-saved = state / "step"
-start = int(saved.read_text()) if saved.exists() else 0
-if attempt == 0:
-    (ckpt / f"w{task}.tmp").write_text(os.environ["NM_HOST"])
-    os.rename(ckpt / f"w{task}.tmp", ckpt / f"w{task}")
-else:
-    print(f"attempt {attempt} resumed from step {start}", flush=True)
-step = start
-while step < (limit if attempt == 0 else start + 100):
-    step += 1
-    tfyarn.progress(step)
-    time.sleep(0.1)
-    (state / f"last{task}.{attempt}").write_text(str(step))
-    if task == "0" and every and step % every == 0:
-        saved.write_text(str(step))
-    if notice and tfyarn.preempting():
-        if task == "0":
-            saved.write_text(str(step))
-            print(f"saved a checkpoint at step {step} after YARN's preemption notice", flush=True)
-            (state / "held").write_text(str(step))
-        while tfyarn.preempting():
-            time.sleep(0.1)
-"""
 
 
 def preempted_stepper(tmp_path: Path, apps: list[str], notice: bool, every: int = 0):

@@ -44,6 +44,11 @@
   core) run by pl_submit twice, pipelined (training submitted at Spark's first shard) and
   with --no-pipeline (write everything, then submit): seconds from pl_submit's start to
   the first training step, and pipelined_ratio (target <= 0.7), one run each;
+- with --preemption (#45; the 3-node sandbox): tests/programs.py's STEPPER as a job
+  filling the cluster with periodic checkpoints every 300 steps, preempted for an urgent
+  job, once ignoring YARN's notice and once saving at it: steps lost (the last step
+  before the kill, less the step the restart resumed from) and goodput, each; target:
+  with the notice <= 1% of the steps between checkpoints;
 - with --app APP and HADOOP_CONF_DIR set: status_s (`tfyarn status APP`) against
   yarn_cli_status_s (`yarn application -status APP`) measured side by side, and their
   ratio (target <= 0.5).
@@ -56,6 +61,7 @@ import argparse
 import json
 import math
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -582,6 +588,65 @@ def yarn_restart_s() -> float:
         os.remove(os.path.join(stamps, "failed"))
         return last_stamp(stamps, failed)
 
+CHECKPOINT_EVERY = 300  # steps (0.1 s each): a periodic checkpoint every 30 s, as "today"
+
+
+def preempted_run(notice: bool, lead_s: float) -> dict[str, float]:
+    """tests/programs.py's STEPPER as job A (`default`, 3 x 3 GB: the sandbox's whole
+    cluster, periodic checkpoints every CHECKPOINT_EVERY steps), preempted for job B
+    (`urgent`, owed half) `lead_s` after A's tasks run: the steps A lost (the last step
+    attempt 1 reached, less the step attempt 2 resumed from) and its goodput, with or
+    without the notice path."""
+    sys.path.insert(0, str(REPO / "tests"))
+    from programs import STEPPER
+
+    with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as tmp:
+        ckpt, state = Path(tmp, "ckpt"), Path(tmp, "state")
+        ckpt.mkdir(), state.mkdir()
+        Path(tmp, "stepper.py").write_text(STEPPER)
+        how = "notice" if notice else "ignore"
+        a = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker",
+                              "-wn", "3", "-wm", "3000", "-f", "./", "--queue", "default",
+                              "--max-restarts", "2", "--python", sys.executable, "-c",
+                              f"python stepper.py {ckpt} {state} {CHECKPOINT_EVERY} {how}"],
+                             cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             text=True)
+        while len([p for p in ckpt.iterdir() if not p.name.endswith(".tmp")]) < 3:
+            assert a.poll() is None, a.communicate()[1][-2000:]
+            time.sleep(0.5)  # polling A's tasks' own files: none is there to wait on
+        time.sleep(lead_s)  # A trains a while first (the bench's own pacing)
+        subprocess.run([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn",
+                        "2", "-wm", "1500", "--queue", "urgent", "--python", sys.executable,
+                        "-c", "true"], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        _, err = a.communicate(timeout=900)
+        assert a.returncode == 0, err[-2000:]
+        reached = max(int(Path(state, f"last{t}.0").read_text()) for t in range(3))
+        resumed = int(Path(state, "last0.1").read_text()) - 100
+        found = re.findall(r"goodput (\d+)%", err)
+        return {"steps_lost": reached - resumed,
+                "goodput": float(found[-1]) / 100 if found else float("nan")}
+
+
+def preemption_costs(repeat: int) -> dict:
+    """The same preempted job without and with the notice path, alternated, in one run
+    (#45): medians over `repeat` pairs (the restart's backoff is jittered)."""
+    out: dict = {"steps_between_checkpoints": CHECKPOINT_EVERY, "repeat": repeat}
+    runs: dict[str, list[dict[str, float]]] = {"periodic": [], "notice": []}
+    leads = random.Random(45)  # the same lead for both runs of a pair, varied across pairs:
+    for _ in range(repeat):    # the kill falls anywhere between two periodic checkpoints
+        lead = leads.uniform(10.0, 10.0 + CHECKPOINT_EVERY / 10)
+        for name, notice in (("periodic", False), ("notice", True)):
+            runs[name].append(preempted_run(notice, lead))
+    for name, seen in runs.items():
+        for key in ("steps_lost", "goodput"):
+            out[f"{name}_{key}"] = statistics.median(r[key] for r in seen)
+            out[f"{name}_{key}_each"] = [r[key] for r in seen]
+    out["notice_lost_over_between"] = round(out["notice_steps_lost"] / CHECKPOINT_EVERY, 4)
+    out["targets"] = {"notice_lost_over_between": 0.01}
+    return out
+
+
 PIPELINE_COPIES = 60
 
 
@@ -736,10 +801,17 @@ def main() -> None:
                    "not (yarn: the cluster HADOOP_CONF_DIR names)")
     p.add_argument("--progress", action="store_true", help="only tfyarn.progress's cost per "
                    "call (target: 20 us)")
+    p.add_argument("--preemption", action="store_true", help="only the steps a preempted job "
+                   "loses and its goodput, with and without YARN's notice (the 3-node "
+                   "sandbox HADOOP_CONF_DIR names; target: notice <= 1%% of the steps between "
+                   "checkpoints)")
     p.add_argument("--history", type=int, nargs="?", const=200, metavar="JOBS",
                    help="only `tfyarn history`'s listing of JOBS kept pages in HDFS (the "
                    "cluster HADOOP_CONF_DIR names; target: 1 s)")
     ns = p.parse_args()
+    if ns.preemption:
+        print(json.dumps(preemption_costs(ns.repeat), indent=2))
+        return
     if ns.history:
         print(json.dumps(history_times(ns.history, ns.repeat), indent=2))
         return

@@ -1,6 +1,6 @@
-"""Program files (sources) of one-program jobs, for the local tests (test_pipeline.py)
-and the YARN ones (integration/test_pipeline.py): each reads TEST_GATE, a file the test
-names, where it needs one."""
+"""Program files (sources) of jobs shared by the local tests (test_pipeline.py), the YARN
+ones (integration/) and scripts/bench.py: the one-program jobs read TEST_GATE, a file the
+test names, where they need one."""
 
 HEAD = """
 import os, time
@@ -91,4 +91,38 @@ for step in range(start, 80):
         os.replace(ckpt + ".tmp", ckpt)
     time.sleep(0.05)
 print(f"worker:{index} attempt {attempt} trained steps {start}..79", flush=True)
+"""
+
+
+# A training loop of 0.1 s steps (`tfyarn.progress`); task 0 saves the step to the shared
+# state dir every EVERY steps (0: never) and, with NOTICE, at YARN's preemption notice
+# (then every task holds until the kill); attempt 0 runs until it is preempted, a later
+# one resumes from the saved step and runs 100 more. `last<task>.<attempt>`: the last step.
+STEPPER = """import os, pathlib, sys, time, tfyarn
+ckpt, state = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+every, notice = int(sys.argv[3]), sys.argv[4] == "notice"
+limit = int(sys.argv[5]) if len(sys.argv) > 5 else 10**9  # attempt 0's last step
+task, attempt = os.environ["TFYARN_TASK_INDEX"], int(os.environ["TFYARN_ATTEMPT"])
+saved = state / "step"
+start = int(saved.read_text()) if saved.exists() else 0
+if attempt == 0:
+    (ckpt / f"w{task}.tmp").write_text(os.environ["NM_HOST"])
+    os.rename(ckpt / f"w{task}.tmp", ckpt / f"w{task}")
+else:
+    print(f"attempt {attempt} resumed from step {start}", flush=True)
+step = start
+while step < (limit if attempt == 0 else start + 100):
+    step += 1
+    tfyarn.progress(step)
+    time.sleep(0.1)
+    (state / f"last{task}.{attempt}").write_text(str(step))
+    if task == "0" and every and step % every == 0:
+        saved.write_text(str(step))
+    if notice and tfyarn.preempting():
+        if task == "0":
+            saved.write_text(str(step))
+            print(f"saved a checkpoint at step {step} after YARN's preemption notice", flush=True)
+            (state / "held").write_text(str(step))
+        while tfyarn.preempting():
+            time.sleep(0.1)
 """

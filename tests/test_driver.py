@@ -330,6 +330,26 @@ def test_yarn_a_container_preempted_before_the_gang_ran_costs_no_restart(tmp_pat
     assert out.state == "SUCCEEDED" and out.attempt == 0 and out.attempts == ()
 
 
+def test_yarn_a_container_its_node_did_not_start_is_asked_for_again_at_once(tmp_path, capsys):
+    """skein's AM could not start worker-1's container (its words, ApplicationMaster.java:
+    "Failed to start, exception raised: ..."): a node failure before the gang ran, so the
+    gang is asked for again at once (no backoff: no other queue is owed the room), with
+    no restart spent."""
+    spec, store, app, thread, result = _partial_gang(
+        tmp_path, ["FAILED", "Failed to start, exception raised: "])
+    while not app.added:
+        assert thread.is_alive()
+        thread.join(timeout=0.1)
+    assert kvmod.wanted(store) == Wanted(0, 1)
+    _run_gang(store, spec, 1, thread)
+    out = result["out"]
+    assert out.state == "SUCCEEDED" and out.attempt == 0 and out.attempts == ()
+    err = capsys.readouterr().err
+    assert "worker:1 was never started: its node 127.0.0.2's NodeManager did not answer " \
+           "[YARN: Failed to start, exception raised:]; asking again at once, on other " \
+           "nodes (no restart spent)" in err, err
+
+
 def test_yarn_wait_time_counts_across_gangs_given_back(tmp_path):
     """A gang that never gets all its containers gives back again and again; -wait_time
     still ends it, counted from the attempt's start, and says what happened."""

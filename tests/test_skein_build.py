@@ -104,6 +104,20 @@ def test_on_skein_0_8_2s_own_jar_container_starts_run_one_at_a_time(
     assert out.returncode == 1 and "SERIAL" in out.stdout, out.stdout + out.stderr[-3000:]
 
 
+def test_the_am_keeps_a_node_that_did_not_start_a_container_out_until_it_is_back(
+        hadoop_classpath, tmp_path):
+    """skein patch 0009: the AM's blacklist asks, on an AM whose RM client records them."""
+    out = java_check("KeepOutCheck", installed_jar(), hadoop_classpath, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("ok: +dead.example +other.example -dead.example"), out.stdout
+
+
+def test_on_skein_0_8_2s_own_jar_no_node_is_ever_kept_out(hadoop_classpath, pypi_jar,
+                                                          tmp_path):
+    out = java_check("KeepOutCheck", pypi_jar, hadoop_classpath, tmp_path)
+    assert out.returncode == 1 and out.stdout.startswith("NO KEEP-OUT"), out.stdout + out.stderr
+
+
 def test_the_installed_skein_is_tfyarns_build_with_its_jar():
     skein = skeinlink.tfyarns_skein()
     assert skeinlink.TFYARNS_SKEIN in skein.__version__

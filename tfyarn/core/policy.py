@@ -160,15 +160,19 @@ def needs_yarn_word(rec: TaskEnd | None) -> bool:
 PREEMPTED = (("preempt",), Cause.RETRYABLE, "was preempted by YARN")
 LOST_NODE = (("lost* node",), Cause.RETRYABLE, "was lost with its node")
 DISKS = (("disks failed",), Cause.RETRYABLE, "was lost to a disk failure on its node")
+# skein's words for a container its AM could not start (tfyarn's skein gives a NodeManager
+# that does not answer 20 s, patch 0006, and keeps its node out after, patch 0009)
+NOT_STARTED = (("failed to start",), Cause.RETRYABLE,
+               "was never started: its node's NodeManager did not answer")
 YARN_ENDS: tuple[tuple[tuple[str, ...], str, str], ...] = (
     (("physical memory used", "virtual memory used", "exceeding memory",
       "beyond physical memory", "beyond virtual memory", "exceeded memory", "memory limit"),
      Cause.PERMANENT, "memory"),
-    PREEMPTED, LOST_NODE, DISKS,
+    PREEMPTED, LOST_NODE, DISKS, NOT_STARTED,
     (("failed during execution",), Cause.RETRYABLE,
      "was killed: its container's process died before reporting (kill -9, OOM killer)"),
 )
-TAKEN_BACK = (PREEMPTED, LOST_NODE, DISKS)  # the cluster took it back: not the task's doing
+TAKEN_BACK = (PREEMPTED, LOST_NODE, DISKS, NOT_STARTED)  # the cluster's doing, not the task's
 
 
 MEMORY_KILLED = "container killed for exceeding its memory"

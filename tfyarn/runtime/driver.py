@@ -548,27 +548,33 @@ def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEn
         if course.gang.tells_ends:
             referee.patience = course.contention.patience()
         outcome, tasks = run_gang(course, referee, attempt)
-        if not regroups(outcome, referee.ends().get(Task.parse(outcome.task))
-                        if outcome.task else None, referee.published):
+        rec = referee.ends().get(Task.parse(outcome.task)) if outcome.task else None
+        if not regroups(outcome, rec, referee.published):
             steps.observe(referee.final_steps())  # what the launchers put as they ended
             course.spans.append((attempt_time(attempt, began, time.time(), outcome, steps),
                                  steps))
             return outcome, tasks
         given_back += 1
-        outcome = wait_to_ask_again(course, referee, outcome, attempt, given_back)
+        contended = outcome.cause == Cause.REGROUP or preempted(rec)
+        outcome = wait_to_ask_again(course, referee, outcome, attempt, given_back, contended)
         if outcome is not None:
             return outcome, tasks
         course.gang_no += 1
 
 
 def wait_to_ask_again(course: Course, referee: Referee, outcome: Outcome, attempt: int,
-                      given_back: int) -> Outcome | None:
+                      given_back: int, contended: bool = True) -> Outcome | None:
     """A gang given back (or taken back by YARN before it ran): its containers go, and
-    the next gang is asked for after a backoff; a kill, --timeout or -wait_time during
-    the wait ends the attempt (its outcome)."""
-    course.contention.given_back += 1
-    wait = course.contention.backoff()
-    words = f"{outcome.message}; asking again in {wait:.0f} s (no restart spent)"
+    the next gang is asked for after a backoff where another job or queue is owed the
+    room (`contended`: given back, preempted), at once where a node failed (lost, or its
+    NodeManager did not start a container: YARN gives the next ones elsewhere); a kill,
+    --timeout or -wait_time during the wait ends the attempt (its outcome)."""
+    wait = 0.0
+    if contended:
+        course.contention.given_back += 1
+        wait = course.contention.backoff()
+    when = f"in {wait:.0f} s" if contended else "at once, on other nodes"
+    words = f"{outcome.message}; asking again {when} (no restart spent)"
     say(words, "driver")
     course.store.put(kvmod.PHASE, f"waiting for resources: {words}")
     _clear(course.gang, course.gang_no)
