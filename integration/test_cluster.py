@@ -81,6 +81,11 @@ def three_nodes():
 def whole_cluster():
     """Whatever a test took away (a node killed or decommissioned) is back afterwards."""
     yield
+    restore_cluster()
+
+
+def restore_cluster() -> None:
+    """Every node back: the exclude list emptied, killed daemons started again."""
     exclude = Path(yarn_site("yarn.resourcemanager.nodes.exclude-path", ""))
     if exclude.is_file() and exclude.read_text().strip():
         exclude.write_text("")

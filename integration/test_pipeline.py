@@ -58,9 +58,12 @@ def adult_fnlwgt() -> int:
         return sum(int(r.split(",")[2]) for r in f if r.count(",") == 14)
 
 
-def test_one_program_census_trains_while_spark_writes_and_a_killed_worker_loses_no_row(
-        tmp_path, apps):
-    from conftest import launcher_pid, node_processes, wait_until
+def one_program_census(apps, fault, restarted: str) -> None:
+    """The one-program census (pl_submit: Spark writes while two MWMS workers read), with
+    `fault(app_id)` once worker:1 saved its first checkpoint; the training job restarts
+    (`restarted`: el_submit's words) and resumes; every row is trained on once across
+    the workers, none twice, none lost; the model is exported; nothing is left."""
+    from conftest import node_processes, wait_until
 
     ckpt = f"hdfs:///tmp/tfyarn-program-{uuid.uuid4().hex[:8]}"
     program = REPO / "examples" / "census_spark"
@@ -74,10 +77,10 @@ def test_one_program_census_trains_while_spark_writes_and_a_killed_worker_loses_
     apps.append(app_id)
     wait_until(lambda: hdfs_exists(f"{ckpt}/worker-1/checkpoint"), 600,
                "worker:1's first checkpoint")
-    os.kill(launcher_pid(app_id, "worker:1"), signal.SIGKILL)
+    fault(app_id)
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-5000:]
-    assert re.search(r"attempt 2/2: restarting after worker:1 was ", err), err[-5000:]
+    assert re.search(restarted, err), err[-5000:]
     logs = aggregated_logs(app_id)
     assert len(re.findall(r"resumed from step \d+", logs)) == 2, logs[-5000:]
     trained = [(int(a), int(b)) for a, b in
@@ -102,6 +105,29 @@ def test_one_program_census_trains_while_spark_writes_and_a_killed_worker_loses_
     assert final_state(app_id).endswith("/SUCCEEDED")
     wait_until(lambda: not node_processes(app_id), 60, "no process of the app")
     subprocess.run(["hdfs", "dfs", "-rm", "-r", "-f", ckpt], capture_output=True, timeout=120)
+
+
+def test_one_program_census_trains_while_spark_writes_and_a_killed_worker_loses_no_row(apps):
+    from conftest import launcher_pid
+
+    one_program_census(apps, lambda app_id: os.kill(launcher_pid(app_id, "worker:1"),
+                                                    signal.SIGKILL),
+                       r"attempt 2/2: restarting after worker:1 was ")
+
+
+def test_one_program_census_resumes_after_its_application_masters_node_dies(apps):
+    """The AM's node killed as a machine dies (the 3-node sandbox): a second AM attempt
+    resumes the training job from the workers' checkpoints, every row still once."""
+    import test_cluster
+
+    if len(test_cluster.running_nodes()) < 3 or len(test_cluster.sandbox_nodes()) < 3:
+        pytest.skip("needs the sandbox with 3 nodes: SANDBOX_NODES=3 scripts/yarn-sandbox start")
+    try:
+        one_program_census(apps, lambda app_id: test_cluster.kill_node(
+            test_cluster.am_host(app_id)),
+            r"attempt 2/2: restarting after the ApplicationMaster was lost")
+    finally:
+        test_cluster.restore_cluster()
 
 
 FAILS_IN_PRE_TRAIN = """

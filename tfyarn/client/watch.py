@@ -267,7 +267,7 @@ class Watcher:
     state: YarnState | None = None  # the last one told
     tracking_shown: bool = False
     am_hosts: list[str] = field(default_factory=list)  # where each ApplicationMaster ran
-    am: str = "1"  # the ApplicationMaster attempt whose store is read ("N/M" after a loss)
+    am: str = "1"  # the ApplicationMaster attempt whose store is read (its `am` key)
     store: kvmod.SkeinKV | None = None
     status_puts: Puts | None = None  # the store's STATUS, subscribed to once
     # logins, the user, settings: the caller's (default: none of them, for a bare watcher)

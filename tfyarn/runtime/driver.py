@@ -82,6 +82,7 @@ from tfyarn.core.timing import (
     HISTORY_SAVE_S,
     PAGE_DELAY_S,
     PAGE_START_WAIT_S,
+    PREEMPTION_HOLD_S,
     STOP_REPORT_S,
     SYSTEM,
     TENSORBOARD_DONE_SLACK_S,
@@ -165,6 +166,7 @@ class Referee:
     rendezvous: RendezvousServer | None = None
     said_lost: set[Task] = field(default_factory=set)
     notices: int = 0  # YARN's preemption notices for this gang, passed on
+    noticed_at: float = -1e9  # the last one's time (the referee's clock)
 
     def __post_init__(self) -> None:
         self.liveness = Liveness(self.spec.heartbeat_timeout_s)
@@ -306,6 +308,7 @@ class Referee:
         if notice is None:
             return
         self.notices += 1
+        self.noticed_at = self.clock.now()
         self.store.put(kvmod.preempting_key(self.notices), notice.to_json())
         words = (f"YARN's preemption notice for {', '.join(notice.containers)}: the tasks are "
                  "told (tfyarn.preempting()), so they can save a checkpoint before the kill")
@@ -313,9 +316,11 @@ class Referee:
         self.job_store.put(kvmod.PHASE, words)
 
     def after_notice(self, outcome: Outcome | None) -> Outcome | None:
-        """A task that fails after a preemption notice (a PreemptionCheckpointHandler
-        exits once it saved) was preempted, not broken: retryable."""
-        if outcome is None or not self.notices or outcome.cause != Cause.PERMANENT:
+        """A task that fails while a preemption notice stands (a
+        PreemptionCheckpointHandler exits once it saved) was preempted, not broken:
+        retryable. After the hold the notice has lapsed (the RM changed its mind)."""
+        if outcome is None or outcome.cause != Cause.PERMANENT or \
+                self.clock.now() - self.noticed_at > PREEMPTION_HOLD_S:
             return outcome
         return replace(outcome, cause=Cause.RETRYABLE,
                        message=f"{outcome.message} (after YARN's preemption notice)")

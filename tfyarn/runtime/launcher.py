@@ -592,7 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         interval = heartbeat_s(args.job.heartbeat_timeout_s)
         _daemon(lambda: heartbeat(store, args.tasks, flag, done, interval, launcher.reports))
         _daemon(lambda: watch_stop(store, flag, done, launcher.cluster_seen))
-        _daemon(lambda: watch_preemption(launcher))
+        _daemon(lambda: watch_preemption(launcher))  # (locally none comes: it just waits)
         launcher.run()
     except Exception as exc:  # the launcher's last resort, never silent: whatever broke is
         # reported as this task's exit (the driver then decides), and its tree is stopped
