@@ -294,6 +294,40 @@ def test_the_application_masters_node_lost_resumes_the_job_in_a_second_attempt(
     wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
 
 
+def test_the_application_masters_node_lost_without_restarts_fails_naming_the_loss(
+        tmp_path, apps, whole_cluster):
+    """--max-restarts 0: the second AM attempt's driver fails the job at once, naming
+    where the first was lost and why it did not resume."""
+    args, ckpt = resumable(tmp_path, 1, 1500)
+    proc, app_id = submit(tmp_path, apps, *args)
+    placed(ckpt, 1)
+    node = am_host(app_id)
+    killed = kill_node(node)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    assert f"FAILED: the ApplicationMaster was lost (application attempt 1 on {node}; " in err
+    assert "(--max-restarts 0: no restart left to resume it)" in err, err
+    assert time.monotonic() - killed < expiry_s() + 60
+    assert final_state(app_id) == "FINISHED/FAILED"
+
+
+def test_with_one_am_attempt_the_application_masters_node_lost_fails_the_job(
+        tmp_path, apps, whole_cluster):
+    """--am-attempts 1: YARN ends the application with its AM (never a hang, never
+    SUCCEEDED); el_submit names the node and the flag."""
+    args, ckpt = resumable(tmp_path, 1, 1500, "--max-restarts", "1", "--am-attempts", "1")
+    proc, app_id = submit(tmp_path, apps, *args)
+    placed(ckpt, 1)
+    node = am_host(app_id)
+    killed = kill_node(node)
+    _, err = proc.communicate(timeout=600)
+    assert proc.returncode == 1, err
+    assert f"FAILED: the ApplicationMaster was lost with its node {node}, and every task " \
+           "ended with it, with no ApplicationMaster attempt left (--am-attempts" in err, err
+    assert time.monotonic() - killed < expiry_s() + 60
+    assert final_state(app_id) in ("FINISHED/FAILED", "FAILED/FAILED")
+
+
 def test_the_application_master_lost_twice_without_restarts_left_fails_naming_both(
         tmp_path, apps, whole_cluster):
     """A node loss never counts toward YARN's AM attempts (YARN-614: the second AM's node
@@ -480,7 +514,7 @@ class PreemptionNotices:
         self.client.close()
 
 
-def preempted_stepper(tmp_path: Path, apps: list[str], notice: bool, every: int = 0):
+def preempted_stepper(tmp_path: Path, apps: list[str], how: str, every: int = 0):
     """contend()'s A as a STEPPER job (--max-restarts 2), preempted for B; both ended.
     A's stderr, its id, and the state dir."""
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
@@ -488,7 +522,6 @@ def preempted_stepper(tmp_path: Path, apps: list[str], notice: bool, every: int 
     ckpt, state = a_dir / "ckpt", a_dir / "state"
     ckpt.mkdir(), state.mkdir()
     (a_dir / "stepper.py").write_text(STEPPER)
-    how = "notice" if notice else "ignore"
     a, a_id = submit(a_dir, apps, "-t", "tensorflow-worker", "-wn", "3", "-wm", "3000", "-f",
                      "./", "--queue", "default", "--max-restarts", "2", "-c",
                      f"python stepper.py {ckpt} {state} {every} {how}")
@@ -507,7 +540,7 @@ def test_a_preemption_notice_becomes_a_checkpoint_and_the_restart_resumes_from_i
     """YARN's notice reaches the tasks before the kill (tfyarn.preempting()); task 0 saves
     at the step it is at and every task holds; the restart after the preemption resumes
     from that step: nothing done before the kill is lost."""
-    a_err, a_id, state = preempted_stepper(tmp_path, apps, notice=True)
+    a_err, a_id, state = preempted_stepper(tmp_path, apps, "notice")
     assert re.search(r"YARN's preemption notice for worker-\d.*: the tasks are told", a_err), a_err
     assert re.search(r"attempt 2/3: restarting after worker:\d was preempted by YARN", a_err)
     saved = int((state / "step").read_text().strip())  # attempt 2's 100 steps saved nothing
@@ -519,6 +552,19 @@ def test_a_preemption_notice_becomes_a_checkpoint_and_the_restart_resumes_from_i
     reached = max(int((state / f"last{t}.0").read_text()) for t in range(3))
     assert 0 <= reached - int(at[0]) <= 1, (reached, at)  # steps lost to the preemption
     assert saved >= int(at[0])
+
+
+def test_a_task_that_ends_at_the_notice_counts_as_preempted_and_resumes(tmp_path, apps):
+    """Task 0 saves at the notice and exits 42 (as a checkpoint handler that ends its
+    process): retryable, not the code's failure; the gang gives way to the queue owed the
+    room, restarts from the saved step and SUCCEEDS."""
+    a_err, a_id, state = preempted_stepper(tmp_path, apps, "exit")
+    assert re.search(r"attempt 2/3: restarting after worker:0 .*42.* \(after YARN's "
+                     r"preemption notice\)", a_err), a_err
+    logs = yarn_cli("logs", "-applicationId", a_id)
+    at = re.findall(r"^saved a checkpoint at step (\d+) after YARN's preemption notice", logs,
+                    re.M)
+    assert at and set(re.findall(r"^attempt 1 resumed from step (\d+)", logs, re.M)) == {at[0]}
 
 
 def test_a_notice_the_resourcemanager_takes_back_costs_the_hold_and_no_restart(tmp_path, apps):

@@ -128,9 +128,10 @@ class Contention:
     def backoff(self) -> float:
         return backoff_s(self.patience_s, self.given_back, self.rng.uniform(0.5, 1.0))
 
-    def note(self, ends: Mapping[Task, TaskEnd]) -> bool:
-        """Whether YARN preempted a container of this gang (remembered for the job)."""
-        now = any(preempted(r) for r in ends.values())
+    def note(self, ends: Mapping[Task, TaskEnd], gave_way: bool = False) -> bool:
+        """Whether YARN preempted a container of this gang, or a task ended at YARN's
+        notice before the kill (remembered for the job)."""
+        now = gave_way or any(preempted(r) for r in ends.values())
         self.preempted |= now
         return now
 
@@ -167,6 +168,7 @@ class Referee:
     said_lost: set[Task] = field(default_factory=set)
     notices: int = 0  # YARN's preemption notices for this gang, passed on
     noticed_at: float = -1e9  # the last one's time (the referee's clock)
+    gave_way: bool = False  # a task ended at a preemption notice: YARN's room goes first
 
     def __post_init__(self) -> None:
         self.liveness = Liveness(self.spec.heartbeat_timeout_s)
@@ -322,6 +324,7 @@ class Referee:
         if outcome is None or outcome.cause != Cause.PERMANENT or \
                 self.clock.now() - self.noticed_at > PREEMPTION_HOLD_S:
             return outcome
+        self.gave_way = True
         return replace(outcome, cause=Cause.RETRYABLE,
                        message=f"{outcome.message} (after YARN's preemption notice)")
 
@@ -632,7 +635,7 @@ def run_gang(course: Course, referee: Referee, attempt: int
     outcome = replace(referee.settle(outcome), attempt=attempt)
     outcome, course.growth = grow_memory(spec, outcome, referee.record_of(outcome.task),
                                          course.memory)
-    course.yielding = course.contention.note(referee.ends())
+    course.yielding = course.contention.note(referee.ends(), referee.gave_way)
     return outcome, task_table(spec, snap, referee.lost(), referee.ends())
 
 
