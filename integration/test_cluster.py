@@ -273,10 +273,17 @@ def test_the_application_masters_node_lost_resumes_the_job_in_a_second_attempt(
     args, ckpt = resumable(tmp_path, 2, 1500, "--max-restarts", "1")
     proc, app_id = submit(tmp_path, apps, *args)
     placed(ckpt, 2)
+    follow = subprocess.Popen([sys.executable, "-m", "tfyarn", "logs", app_id, "--follow"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     node = am_host(app_id)
     killed = kill_node(node)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
+    follow_out, follow_err = follow.communicate(timeout=300)
+    assert follow.returncode == 0, follow_err
+    assert "the ApplicationMaster was lost; YARN started its attempt 2: following the " \
+           "resumed job's containers" in follow_err, follow_err
+    assert re.search(r"attempt 1 on 127\.0\.0\.\d resumed from", follow_out), follow_out
     assert re.search(rf"the ApplicationMaster was lost on {re.escape(node)}; YARN started its "
                      r"attempt 2 on 127\.0\.0\.\d: the job resumes", err), err
     assert "attempt 2/2: restarting after the ApplicationMaster was lost (application " \
@@ -565,6 +572,61 @@ def test_a_task_that_ends_at_the_notice_counts_as_preempted_and_resumes(tmp_path
     at = re.findall(r"^saved a checkpoint at step (\d+) after YARN's preemption notice", logs,
                     re.M)
     assert at and set(re.findall(r"^attempt 1 resumed from step (\d+)", logs, re.M)) == {at[0]}
+
+
+# Attempt 0: task 0 kills itself at once (a restart follows). Attempt 1: each task says it
+# runs, notes whether tfyarn.preempting() was ever true, and exits once the test says so.
+NOTICED = """import os, pathlib, signal, sys, time, tfyarn
+state = pathlib.Path(sys.argv[1])
+attempt, task = os.environ["TFYARN_ATTEMPT"], os.environ["TFYARN_TASK_INDEX"]
+if attempt == "0":
+    if task == "0":
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(600)
+(state / f"runs{task}").write_text("1")
+while not (state / "done").exists():
+    if tfyarn.preempting():
+        (state / f"told{task}").write_text("1")
+    time.sleep(0.1)
+"""
+
+
+def test_a_notice_for_the_gang_before_a_restart_never_reaches_the_new_one(tmp_path, apps):
+    """A notice that names the containers of a gang already replaced (it came during the
+    restart) is not passed to the new gang, whose tasks are not told; one naming the new
+    gang's is. Both are put as the AM puts the RM's (skein patch 0005's key and JSON), by
+    the job's owner; the driver says which notice it looked at last
+    (`preemption_noticed`: the RM's time)."""
+    import skein
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (tmp_path / "noticed.py").write_text(NOTICED)
+    proc, app_id = submit(tmp_path, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1000",
+                          "-f", "./", "--max-restarts", "1", "-c",
+                          f"python noticed.py {state}")
+    wait_until(lambda: (state / "runs0").exists() and (state / "runs1").exists(), 300,
+               "attempt 2's gang running")
+    with skein.Client() as client:
+        app = client.connect(app_id)
+        old = {"time": 1000, "strict": ["worker-0_0", "worker-1_0"], "negotiable": [],
+               "yarn": {}}
+        app.kv["skein:preemption"] = json.dumps(old).encode()
+        wait_until(lambda: app.kv.get("preemption_noticed") == b"1.000", 60,
+                   "the driver's look at the old gang's notice")
+        assert app.kv.get("gang/1/preempting/1") is None  # not passed on
+        new = {**old, "time": 2000, "strict": ["worker-0_1"]}
+        app.kv["skein:preemption"] = json.dumps(new).encode()
+        wait_until(lambda: (state / "told0").exists() and (state / "told1").exists(), 60,
+                   "the new gang told of the notice naming its container")
+        passed = [app.kv.get(f"gang/1/preempting/{n}") for n in (1, 2)]
+    assert passed[1] is None, passed  # one notice passed on: the new gang's
+    assert json.loads(passed[0])["at"] == 2.0 and json.loads(passed[0])["containers"] == \
+        ["worker-0"], passed
+    (state / "done").write_text("1")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "attempt 2/2: restarting after worker:0 was killed" in err, err
 
 
 def test_a_notice_the_resourcemanager_takes_back_costs_the_hold_and_no_restart(tmp_path, apps):

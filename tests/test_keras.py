@@ -100,3 +100,47 @@ def test_the_keras_callback_reports_every_batch_in_both_kerases(tmp_path):
                              timeout=300, env=env)
         assert out.returncode == 0, out.stderr[-3000:]
         assert "REPORT 8 ['loss']" in out.stdout, (legacy, out.stdout, out.stderr[-2000:])
+
+
+FIT_AT_NOTICE = """
+import os, sys
+import numpy as np, tfyarn
+keras = __import__("tf_keras" if os.environ.get("TF_USE_LEGACY_KERAS") else "keras")
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+x = np.random.rand(64, 3).astype("float32")
+saved = []
+model.fit(x, x.sum(1), batch_size=16, epochs=2, verbose=0,
+          callbacks=[tfyarn.preemption_callback(saved.append)])
+print("SAVED", saved, "STEPS", model.optimizer.iterations.numpy())
+"""
+
+
+def test_the_keras_preemption_callback_saves_once_holds_and_trains_on_in_both_kerases(
+        tmp_path):
+    """`tfyarn.preemption_callback(save)` in `model.fit` with a notice already there whose
+    hold lapses 2 s later (the RM changed its mind): `save(1)` once, said in the log, a
+    hold, then the other 7 batches."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from tfyarn.core.timing import PREEMPTION_HOLD_S
+    from tfyarn.runtime import preemption
+
+    told = tmp_path / preemption.FILE
+    for legacy in ("", "1"):
+        preemption.tell(str(told), "YARN's preemption notice for worker-0 (strict)", [], None)
+        lapses = time.time() - PREEMPTION_HOLD_S + 2
+        os.utime(told, (lapses, lapses))
+        env = {**os.environ, preemption.ENV: str(told)}
+        env.pop("TF_USE_LEGACY_KERAS", None)
+        if legacy:
+            env["TF_USE_LEGACY_KERAS"] = legacy
+        out = subprocess.run([sys.executable, "-c", FIT_AT_NOTICE], capture_output=True,
+                             text=True, timeout=300, env=env)
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert "SAVED [1] STEPS 8" in out.stdout, (legacy, out.stdout, out.stderr[-2000:])
+        assert "tfyarn: saved a checkpoint at step 1 after YARN's preemption notice; holding " \
+               "until the containers are taken" in out.stderr, out.stderr[-2000:]

@@ -47,6 +47,7 @@ TENSORBOARD_DONE = "tensorboard_done"  # put by the TensorBoard side task when i
 TASKS = "tasks"  # records.JobTasks: every task of the job, put by the driver first
 JOB = "job"  # the JobSpec's own JSON, put by the driver first: a handle that attaches reads it
 PREEMPTION = "skein:preemption"  # the RM's notice as skein's AM puts it (patch 0005): JSON
+NOTICED = "preemption_noticed"  # the RM's time of the last notice the driver acted on
 AM = "am"  # "N": put by the driver of ApplicationMaster attempt N > 1 (a lost AM resumed)
 
 

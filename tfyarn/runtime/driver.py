@@ -309,6 +309,11 @@ class Referee:
         notice = self.gang.notice(self.gang_no, raw)
         if notice is None:
             return
+        if not notice.containers:  # an earlier gang's (it came during a restart)
+            say("YARN's preemption notice names no container of the running gang: not "
+                "passed on", "driver")
+            self.job_store.put(kvmod.NOTICED, f"{notice.at:.3f}")
+            return
         self.notices += 1
         self.noticed_at = self.clock.now()
         self.store.put(kvmod.preempting_key(self.notices), notice.to_json())
@@ -316,6 +321,7 @@ class Referee:
                  "told (tfyarn.preempting()), so they can save a checkpoint before the kill")
         say(words, "driver")
         self.job_store.put(kvmod.PHASE, words)
+        self.job_store.put(kvmod.NOTICED, f"{notice.at:.3f}")
 
     def after_notice(self, outcome: Outcome | None) -> Outcome | None:
         """A task that fails while a preemption notice stands (a

@@ -71,8 +71,9 @@ class Gang:
         """Make sure nothing of `gang` still runs (local: the client does it)."""
 
     def notice(self, gang: int, raw: str) -> PreemptionNotice | None:
-        """YARN's preemption notice (skein's `skein:preemption` value) as far as it names
-        `gang`'s containers; None when it names none (locally: no YARN, no notice)."""
+        """YARN's preemption notice (skein's `skein:preemption` value), with the containers
+        of `gang` it names (none: an earlier gang's); None when it cannot be read
+        (locally: no YARN, no notice)."""
         return None
 
 
@@ -195,8 +196,6 @@ class SkeinGang(Gang):
             return None
         mine = self.ids.get(gang, {})
         named = sorted({mine[i] for i in strict + negotiable if i in mine})
-        if not named:
-            return None
         return PreemptionNotice(at, tuple(named), any(i in mine for i in strict))
 
     def clear(self, gang: int) -> None:
