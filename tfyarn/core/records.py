@@ -299,6 +299,21 @@ class PreemptionNotice(Record):
     containers: tuple[str, ...]
     strict: bool = True
 
+    @classmethod
+    def from_am(cls, raw: str, ids: Mapping[str, str]) -> PreemptionNotice:
+        """The RM's notice as skein's AM puts it (patch 0005: JSON with the RM's time in
+        ms, "strict" and "negotiable" lists of skein container ids), with the containers
+        of `ids` (skein id -> tfyarn container) it names; RecordError if unreadable."""
+        try:
+            told = json.loads(raw)
+            strict, negotiable = list(told["strict"]), list(told["negotiable"])
+            at = float(told["time"]) / 1000
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RecordError(f"skein:preemption: not the AM's notice ({exc!r}): "
+                              f"{raw[:200]!r}") from None
+        named = sorted({ids[i] for i in strict + negotiable if i in ids})
+        return cls(at, tuple(named), any(i in ids for i in strict))
+
 
 @dataclass(frozen=True)
 class StepSamples(Record):

@@ -85,6 +85,7 @@ ACK_WAIT_S = 5.0  # how long the AM stays for a watching client to read the fina
 PREEMPTION_HOLD_S = 30.0  # a task told of YARN's preemption notice may hold training this long
 # (tfyarn.preempting() is true meanwhile); the RM kills after max_wait_before_kill (15 s by
 # default); a notice not followed by a kill within twice that: the RM changed its mind
+PREEMPTION_HOLD_POLL_S = 0.2  # a training loop held at a notice looks again this often
 COURSE_KEEP_S = 30.0  # YARN: the driver keeps the job's course so far for a later AM attempt
 # this often (and at each attempt's start); a lost AM costs at most this much goodput record
 HISTORY_SAVE_S = 5.0  # keeping the final page (each WebHDFS call, and all of them: the

@@ -16,7 +16,6 @@ Must not decide whether a gang starts (the driver and `core.policy` do).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import Container, JobSpec
 from tfyarn.core.policy import GangWait, memory_flag_for, yarn_end
-from tfyarn.core.records import Attempt, PreemptionNotice, TaskEnd, Wanted
+from tfyarn.core.records import Attempt, PreemptionNotice, RecordError, TaskEnd, Wanted
 from tfyarn.core.say import say
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import CONTAINER_POLL_S, SYSTEM, Clock
@@ -184,19 +183,11 @@ class SkeinGang(Gang):
             poll.ends.setdefault(task, rec)
 
     def notice(self, gang: int, raw: str) -> PreemptionNotice | None:
-        """From skein's AM (patch 0005): JSON with the RM's time in ms, "strict" and
-        "negotiable" lists of skein container ids."""
         try:
-            told = json.loads(raw)
-            strict, negotiable = list(told["strict"]), list(told["negotiable"])
-            at = float(told["time"]) / 1000
-        except (ValueError, KeyError, TypeError) as exc:
-            say(f"an unreadable preemption notice in the store ({exc!r}): {raw[:200]!r}",
-                "driver")
+            return PreemptionNotice.from_am(raw, self.ids.get(gang, {}))
+        except RecordError as exc:
+            say(f"an unreadable preemption notice in the store: {exc}", "driver")
             return None
-        mine = self.ids.get(gang, {})
-        named = sorted({mine[i] for i in strict + negotiable if i in mine})
-        return PreemptionNotice(at, tuple(named), any(i in mine for i in strict))
 
     def clear(self, gang: int) -> None:
         """Kill the gang's containers still running or asked for (a frozen launcher

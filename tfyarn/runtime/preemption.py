@@ -27,12 +27,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from tfyarn.core.timing import PREEMPTION_HOLD_S
+from tfyarn.core.timing import PREEMPTION_HOLD_POLL_S, PREEMPTION_HOLD_S
 
 ENV = "TFYARN_PREEMPTION_FILE"  # set by the launcher for each task
 SIGNAL_ENV = "TFYARN_PREEMPTION_SIGNAL"  # the job's choice (--env): a signal name, e.g. USR1
 FILE = ".tfyarn-preempting"  # in the container's working dir: one per container
-HOLD_POLL_S = 0.2  # a held training loop looks again this often
 
 _path: str | None = None
 _looked = False
@@ -90,7 +89,7 @@ def keras_callback(save: Callable[[int], Any]) -> Any:
 def hold() -> None:
     """Wait while the notice stands: until YARN kills the container, or it lapses."""
     while preempting():
-        time.sleep(HOLD_POLL_S)
+        time.sleep(PREEMPTION_HOLD_POLL_S)
 
 
 # ---------------------------------------------------------------- the launcher's end
