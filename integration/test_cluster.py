@@ -227,6 +227,12 @@ def test_a_lost_node_without_restarts_fails_naming_task_and_node(tmp_path, apps,
     wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
 
 
+def skein_client():
+    import skein
+
+    return skein.Client()
+
+
 def task_nodes(app_id: str) -> list[str]:
     """The nodes of the application's task containers YARN has given so far (the RM's
     containers of its current attempt, less the ApplicationMaster's, the first)."""
@@ -271,10 +277,15 @@ def test_the_application_masters_node_lost_resumes_the_job_in_a_second_attempt(
     spec, told its attempt by the cluster spec), which reads the checkpoint; el_submit
     says so once and follows the new attempt to SUCCEEDED."""
     args, ckpt = resumable(tmp_path, 2, 1500, "--max-restarts", "1")
+    (tmp_path / "resumable.py").write_text(  # the resumed attempt runs a while: followed
+        RESUMABLE + "time.sleep(10)\n")
     proc, app_id = submit(tmp_path, apps, *args)
     placed(ckpt, 2)
     follow = subprocess.Popen([sys.executable, "-m", "tfyarn", "logs", app_id, "--follow"],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with skein_client() as client:  # following the first AM before it is lost
+        first = client.connect(app_id)
+        wait_until(lambda: first.kv.get("client") == b"following", 120, "logs --follow on")
     node = am_host(app_id)
     killed = kill_node(node)
     _, err = proc.communicate(timeout=600)

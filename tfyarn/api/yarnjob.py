@@ -176,7 +176,7 @@ class YarnBackend(_Backend):
         (`once`: what the containers have written so far)."""
         from tfyarn.client.livelogs import LiveLogs
 
-        lines, live, am, stale, polled = _Lines(), None, None, False, False
+        lines, live, am, stale = _Lines(), None, None, False
         reports = Reports(self.client, self.id)
         while True:
             # the report first: one that waits out an absent ResourceManager says so, where
@@ -184,24 +184,23 @@ class YarnBackend(_Backend):
             rep = reports.next()  # None: the RM is away (said), or a passing failure
             if (live is None or stale) and rep is not None and rep.state is YarnState.RUNNING \
                     and (app := self.client.connect(self.id)) is not None:
-                if live is None:
-                    live = LiveLogs(app, lines, task, live_get(self.opts))  # type: ignore[arg-type]
-                    with contextlib.suppress(StoreGone):
+                with contextlib.suppress(StoreGone):
+                    if live is None:  # the AM attempt first followed
+                        am = kvmod.SkeinKV(app).get(kvmod.AM)
+                        live = LiveLogs(app, lines, task, live_get(self.opts))  # type: ignore[arg-type]
                         kvmod.SkeinKV(app).put(kvmod.CLIENT, "following")  # the driver waits
-                live.app, stale = app, False
+                    live.app, stale = app, False
             if live is not None and not stale:
                 try:
                     store = kvmod.SkeinKV(live.app)
                     if (now := store.get(kvmod.AM)) != am:  # a later AM attempt's store
-                        if polled:
-                            say(f"the ApplicationMaster was lost; YARN started its attempt "
-                                f"{now}: following the resumed job's containers")
-                            live = LiveLogs(live.app, lines, task,  # type: ignore[arg-type]
-                                            live_get(self.opts))
-                            store.put(kvmod.CLIENT, "following")
+                        say(f"the ApplicationMaster was lost; YARN started its attempt "
+                            f"{now}: following the resumed job's containers")
+                        live = LiveLogs(live.app, lines, task,  # type: ignore[arg-type]
+                                        live_get(self.opts))
+                        store.put(kvmod.CLIENT, "following")
                         am = now
                     live.poll()
-                    polled = True
                     self._note_outcome(store)
                 except StoreGone:  # the end, or a lost ApplicationMaster: the report says
                     stale = True
