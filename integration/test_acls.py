@@ -82,6 +82,10 @@ def test_other_yarn_users_neither_kill_nor_view_the_job(acls_on, tmp_path, apps)
     proc.communicate(timeout=120)
     assert proc.returncode == 3  # killed
     assert final_state(app_id).endswith("/KILLED")
+    with urllib.request.urlopen(f"{RM}/ws/v1/cluster/apps/{app_id}/appattempts?user.name="
+                                f"{OWNER}", timeout=10) as resp:  # a kill is final: no
+        attempts = json.load(resp)["appAttempts"]["appAttempt"]  # second AM (patch 0010)
+    assert len(attempts) == 1, attempts
 
 
 def test_the_yarn_job_page_answers_no_other_user_of_its_node(acls_on, tmp_path, apps):
