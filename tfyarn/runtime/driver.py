@@ -6,8 +6,11 @@ known, restart the whole gang when the restart policy says so (a new attempt: ne
 launchers, new addresses, keys under the attempt's own prefix), and publish the final
 status. On YARN it runs as skein's `master.script` in the
 ApplicationMaster, so a job ends right even when the client that submitted it is gone;
-locally it notices a dead client and ends the job. The rules themselves are pure
-(`tfyarn.core.policy`); this module only gathers what they need and carries them out.
+locally it notices a dead client and ends the job. On YARN it also passes YARN's
+preemption notices to the gang they name, and keeps the job's course so that the driver
+of a later ApplicationMaster attempt (the AM's node lost) resumes the job as a restart.
+The rules themselves are pure (`tfyarn.core.policy`); this module only gathers what they
+need and carries them out.
 Must not run user code, nor ask which backend it runs on (`runtime/site.py` owns that).
 Long because the job's course is one loop, carried out step by step here.
 """

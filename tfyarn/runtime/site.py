@@ -6,10 +6,12 @@ page links each task's log, how the page's URL is published (YARN: skein's web U
 proxied by the ResourceManager), how long the application stays up for TensorBoard
 after the verdict, how the job's end is handed over (YARN: the ApplicationMaster's
 final status and diagnostics; locally the client reads the status key), where its
-final page is kept (`save_page`: the history dir, in HDFS over WebHDFS on YARN), and what
-is made ready before the first task (`prepare`: on YARN, tfyarn's HDFS dir private). Must not decide
-the job's course (that is `driver` and `core.policy`); nothing outside this module asks
-which backend it runs on.
+final page is kept (`save_page`: the history dir, in HDFS over WebHDFS on YARN), what
+is made ready before the first task (`prepare`: on YARN, tfyarn's HDFS dir private), and
+which ApplicationMaster attempt runs the driver, with the job's course kept for a later
+one (`keep_course`/`kept_course`: on YARN a private file in HDFS, read back only when it
+is the user's own). Must not decide the job's course (that is `driver` and
+`core.policy`); nothing outside this module asks which backend it runs on.
 """
 
 from __future__ import annotations
