@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import (
     REPO,
+    aggregated_logs,
     final_state,
     node_processes,
     wait_until,
@@ -263,7 +264,7 @@ def test_the_node_holding_a_starting_gang_dies_and_the_job_succeeds_on_the_other
     assert proc.returncode == 0, err
     assert time.monotonic() - killed < expiry_s() + 60, err
     assert final_state(app_id) == "FINISHED/SUCCEEDED"
-    driver = yarn_cli("logs", "-applicationId", app_id)  # its words on a gang given back
+    driver = aggregated_logs(app_id)  # the driver's words on a gang given back
     assert re.search(rf"(was lost with its node|was never started: its node) "
                      rf"{re.escape(node)}.*; asking again at once, on other nodes \(no "
                      r"restart spent\)", driver) or \
@@ -304,7 +305,7 @@ def test_the_application_masters_node_lost_resumes_the_job_in_a_second_attempt(
     assert final_state(app_id) == "FINISHED/SUCCEEDED"
     assert am_host(app_id) != node
     resumed = re.findall(r"^attempt 1 on (\S+) resumed from \['w0', 'w1'\]",
-                         yarn_cli("logs", "-applicationId", app_id), re.M)
+                         aggregated_logs(app_id), re.M)
     assert len(resumed) == 2 and node not in resumed, resumed
     status = subprocess.run([sys.executable, "-m", "tfyarn", "status", app_id, "--tasks"],
                             capture_output=True, text=True)
@@ -563,7 +564,7 @@ def test_a_preemption_notice_becomes_a_checkpoint_and_the_restart_resumes_from_i
     assert re.search(r"YARN's preemption notice for worker-\d.*: the tasks are told", a_err), a_err
     assert re.search(r"attempt 2/3: restarting after worker:\d was preempted by YARN", a_err)
     saved = int((state / "step").read_text().strip())  # attempt 2's 100 steps saved nothing
-    logs = yarn_cli("logs", "-applicationId", a_id)
+    logs = aggregated_logs(a_id)
     at = re.findall(r"^saved a checkpoint at step (\d+) after YARN's preemption notice", logs,
                     re.M)
     resumed = re.findall(r"^attempt 1 resumed from step (\d+)", logs, re.M)
@@ -580,7 +581,7 @@ def test_a_task_that_ends_at_the_notice_counts_as_preempted_and_resumes(tmp_path
     a_err, a_id, state = preempted_stepper(tmp_path, apps, "exit")
     assert re.search(r"attempt 2/3: restarting after worker:0 .*42.* \(after YARN's "
                      r"preemption notice\)", a_err), a_err
-    logs = yarn_cli("logs", "-applicationId", a_id)
+    logs = aggregated_logs(a_id)
     at = re.findall(r"^saved a checkpoint at step (\d+) after YARN's preemption notice", logs,
                     re.M)
     assert at and set(re.findall(r"^attempt 1 resumed from step (\d+)", logs, re.M)) == {at[0]}
