@@ -253,8 +253,9 @@ def test_the_node_holding_a_starting_gang_dies_and_the_job_succeeds_on_the_other
     (Here the RM finds the node lost, after the sandbox's 10 s expiry, before a start to
     it fails: skein patch 0006's 20 s and 0009's keep-out serve a cluster whose expiry is
     YARN's 10 minutes; tests/java/KeepOutCheck.java checks the keep-out.)"""
-    proc, app_id = submit(tmp_path, apps, "-t", "tensorflow-worker", "-wn", "3", "-wm", "1000",
-                          "--max-restarts", "1", "-c", "sleep 5")
+    # 3 x 1.5 GB and the AM's 1 GB do not fit one 4 GB node: one task lands elsewhere
+    proc, app_id = submit(tmp_path, apps, "-t", "tensorflow-worker", "-wn", "3", "-wm", "1500",
+                          "--max-restarts", "1", "-c", "sleep 15")
     wait_until(lambda: any(get(f"apps/{app_id}")["app"]["state"] == "RUNNING" and
                            n != am_host(app_id) for n in task_nodes(app_id)), 120,
                "a task container given on a node without the ApplicationMaster")
