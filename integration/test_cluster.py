@@ -535,9 +535,10 @@ class PreemptionNotices:
         self.client.close()
 
 
-def preempted_stepper(tmp_path: Path, apps: list[str], how: str, every: int = 0):
-    """contend()'s A as a STEPPER job (--max-restarts 2), preempted for B; both ended.
-    A's stderr, its id, and the state dir."""
+def stepper_and_urgent(tmp_path: Path, apps: list[str], stepper_args: str, urgent: str):
+    """contend()'s A as a STEPPER job (`stepper.py CKPT STATE ` + `stepper_args`,
+    --max-restarts 2, the whole cluster) and, once A runs, B in `urgent` running `urgent`:
+    both running el_submits, their ids, and A's state dir."""
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
     a_dir.mkdir(), b_dir.mkdir()
     ckpt, state = a_dir / "ckpt", a_dir / "state"
@@ -545,10 +546,17 @@ def preempted_stepper(tmp_path: Path, apps: list[str], how: str, every: int = 0)
     (a_dir / "stepper.py").write_text(STEPPER)
     a, a_id = submit(a_dir, apps, "-t", "tensorflow-worker", "-wn", "3", "-wm", "3000", "-f",
                      "./", "--queue", "default", "--max-restarts", "2", "-c",
-                     f"python stepper.py {ckpt} {state} {every} {how}")
+                     f"python stepper.py {ckpt} {state} {stepper_args}")
     placed(ckpt, 3)
-    b, _ = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1500",
-                  "--queue", "urgent", "-c", "true")
+    b, b_id = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1500",
+                     "--queue", "urgent", "-c", urgent)
+    return a, a_id, b, b_id, state
+
+
+def preempted_stepper(tmp_path: Path, apps: list[str], how: str, every: int = 0):
+    """A preempted for B (stepper_and_urgent); both ended. A's stderr, its id, and the
+    state dir."""
+    a, a_id, b, _, state = stepper_and_urgent(tmp_path, apps, f"{every} {how}", "true")
     _, b_err = b.communicate(timeout=600)
     assert b.returncode == 0, b_err
     _, a_err = a.communicate(timeout=600)
@@ -647,17 +655,7 @@ def test_a_notice_the_resourcemanager_takes_back_costs_the_hold_and_no_restart(t
     """B, which A was to be preempted for, is killed once A holds at the notice: the RM
     takes nothing, A's tasks train on once the notice lapses (PREEMPTION_HOLD_S), and A
     SUCCEEDS in its first attempt."""
-    a_dir, b_dir = tmp_path / "a", tmp_path / "b"
-    a_dir.mkdir(), b_dir.mkdir()
-    ckpt, state = a_dir / "ckpt", a_dir / "state"
-    ckpt.mkdir(), state.mkdir()
-    (a_dir / "stepper.py").write_text(STEPPER)
-    a, a_id = submit(a_dir, apps, "-t", "tensorflow-worker", "-wn", "3", "-wm", "3000", "-f",
-                     "./", "--queue", "default", "--max-restarts", "2", "-c",
-                     f"python stepper.py {ckpt} {state} 0 notice 600")
-    placed(ckpt, 3)
-    b, b_id = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1500",
-                     "--queue", "urgent", "-c", "sleep 300")
+    a, a_id, b, b_id, state = stepper_and_urgent(tmp_path, apps, "0 notice 600", "sleep 300")
     wait_until(lambda: (state / "held").exists(), 120, "A's task 0 holding at the notice")
     yarn_cli("application", "-kill", b_id)
     b.communicate(timeout=120)
