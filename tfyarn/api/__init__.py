@@ -18,19 +18,34 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tfyarn.api.job import LOCAL_PREFIX, Job, JobStatus, attach_local, start_local
 from tfyarn.api.options import parse_bool
-from tfyarn.api.runfn import run
 from tfyarn.api.submit import client_options, job_spec, ready
-from tfyarn.core.appreport import AppReport
 from tfyarn.core.errors import JobFailed, SpecError
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.settings import Settings
 
+if TYPE_CHECKING:
+    from tfyarn.api.job import Job, JobStatus
+    from tfyarn.core.appreport import AppReport
+
 __all__ = ["AppReport", "Job", "JobFailed", "JobStatus", "SpecError", "attach", "jobs", "run",
            "submit"]
+# loaded on first use: el_submit's --help needs this package's flag table, not the Job
+# machinery (tfyarn.api.job and what it pulls in cost most of the CLI's start)
+LAZY = {"Job": "tfyarn.api.job", "JobStatus": "tfyarn.api.job", "run": "tfyarn.api.runfn",
+        "AppReport": "tfyarn.core.appreport"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'tfyarn.api' has no attribute {name!r}")
 
 
 def submit(spec: JobSpec | str | os.PathLike | None = None, *, local: bool = False,
@@ -49,6 +64,8 @@ def submit(spec: JobSpec | str | os.PathLike | None = None, *, local: bool = Fal
     checked = ready(args, parsed, settings)
     if parse_bool("-interact", args.interact):
         raise SpecError("interact: a Job follows its output with job.logs(follow=True)")
+    from tfyarn.api.job import Job, start_local
+
     if local:
         return start_local(checked, settings)
     from tfyarn.api import yarnjob
@@ -63,6 +80,8 @@ def attach(job_id: str, *, conf_dir: str | None = None, principal: str | None = 
     """A handle on a job submitted elsewhere (el_submit, cron, another notebook): a YARN
     application id, or a local job's id (`local_...`, while its job dir is there).
     `settings`: the caller's, read once (default: this process's environment, now)."""
+    from tfyarn.api.job import LOCAL_PREFIX, Job, attach_local
+
     settings = settings or Settings.from_environ()
     if job_id.startswith(LOCAL_PREFIX):
         return attach_local(job_id, settings)

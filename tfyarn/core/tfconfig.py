@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-from tfyarn.core.records import Rank
 from tfyarn.core.timing import HOROVOD_GLOO_TIMEOUT_S
+
+if TYPE_CHECKING:  # records' dataclasses cost el_submit --help a quarter of its imports
+    from tfyarn.core.records import Rank
 
 TASK_TYPES = ("ps", "chief", "worker")
 
@@ -155,6 +157,8 @@ def allreduce_ranks(addresses: Mapping[Task, str]) -> dict[Task, Rank]:
     """Ranks grouped by host: hosts in the order of their lowest task index, tasks in index
     order within a host (so on one host, rank == task index). `cross` is Horovod's: the
     ranks of equal local rank across hosts."""
+    from tfyarn.core.records import Rank
+
     by_host: dict[str, list[Task]] = {}
     for task in sorted(addresses, key=lambda t: t.index):
         by_host.setdefault(addresses[task].rsplit(":", 1)[0], []).append(task)
