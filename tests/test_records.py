@@ -124,3 +124,15 @@ def test_only_the_records_module_reads_or_writes_json_where_the_store_is_used():
         if uses_store and "json" in names:
             offenders.append(str(path.relative_to(TFYARN)))
     assert offenders == []
+
+
+def test_a_started_record_from_a_launcher_before_milestones_still_reads():
+    """Started's milestones (#46) are LATER fields: an older launcher's record (pid and
+    time only) reads, its milestones None; a new one round-trips them."""
+    from tfyarn.core.records import FORMAT, FORMAT_KEY, Started
+
+    old = Started.from_json(json.dumps({FORMAT_KEY: FORMAT, "pid": 7, "time": 1.5}))
+    assert (old.pid, old.time, old.launched, old.registered, old.cluster) == (7, 1.5, None,
+                                                                              None, None)
+    new = Started(8, 4.0, launched=1.0, registered=2.0, cluster=3.0)
+    assert Started.from_json(new.to_json()) == new

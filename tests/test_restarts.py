@@ -33,6 +33,32 @@ def test_sigkill_in_attempt_0_restarts_the_gang_and_succeeds(el_submit):
     assert job_processes(out.stdout.strip()) == []
 
 
+def test_the_kept_page_says_where_each_gangs_time_went(el_submit, tmp_path):
+    """The milestones (#46): the driver's start, each gang asked, its launchers started,
+    registered, reading the cluster spec, its user code started, the gang ended, and the
+    verdict, in that order for each gang, on the job's own clocks; the restart's gang
+    after the first one's end."""
+    from tfyarn.core.records import JobView
+
+    kept = tmp_path / "kept"
+    out = el_submit(*WORKERS, "--max-restarts", "1", "-c", KILL_ONCE,
+                    env={"TFYARN_HISTORY_DIR": str(kept)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    job_id = out.stdout.strip()
+    view = JobView.from_json((kept / f"{job_id}.json").read_text())
+    at = {m.name: m.at for m in view.milestones}
+    assert [m.at for m in view.milestones] == sorted(m.at for m in view.milestones)
+    for gang in (0, 1):
+        steps = [f"gang {gang} {w}" for w in ("launchers started", "registered",
+                                              "cluster spec read", "user code started")]
+        assert [at[s] for s in steps] == sorted(at[s] for s in steps), view.milestones
+        assert at[f"gang {gang} asked"] <= at[f"gang {gang} registered"]
+        assert at[f"gang {gang} user code started"] <= at[f"gang {gang} ended"]
+    assert at["driver"] <= at["gang 0 asked"]
+    assert at["gang 0 ended"] <= at["gang 1 asked"] <= at["gang 1 launchers started"]
+    assert at["gang 1 ended"] <= at["verdict"] <= view.ended
+
+
 def test_a_stalled_worker_is_restarted_by_stall_timeout_and_resumes(el_submit):
     """worker:1 deadlocks after step 50 (its process alive, its launcher heartbeating);
     --stall-timeout 5 fails the attempt naming it and its step, the gang restarts, and

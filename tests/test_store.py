@@ -123,3 +123,22 @@ def test_descendants_are_found_through_the_tree_even_when_orphaned(tmp_path):
     daemon = int(marker.read_text())
     assert out[0] == f"[{daemon}]" and out[1] == "[]"
     assert not os.path.exists(f"/proc/{daemon}") or tree.proc_state(daemon) in (None, "Z")
+
+
+def test_a_process_start_is_read_from_the_kernel_on_the_wall_clock():
+    """tree.started_at (the milestones' launcher and driver starts, #46): a child's start
+    falls between the moments before and after it was spawned, to the kernel's tick, and
+    a process that is gone has none."""
+    import time
+
+    tick = 1 / os.sysconf("SC_CLK_TCK")
+    before = time.time()
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    after = time.time()
+    try:
+        at = tree.started_at(child.pid)
+        assert at is not None and before - tick <= at <= after + tick, (before, at, after)
+    finally:
+        child.communicate(b"")
+    assert tree.started_at(child.pid) is None  # reaped

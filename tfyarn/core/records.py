@@ -175,10 +175,16 @@ class StepReport(Record):
 
 @dataclass(frozen=True)
 class Started(Record):
-    """`started/<t>`: the task's user process runs (its pid, on its host's clock)."""
+    """`started/<t>`: the task's user process runs (its pid, on its host's clock), and
+    when its launcher's process started, registered and read the cluster spec (the
+    milestones of a gang's start, epoch seconds; None from a launcher before #46)."""
 
     pid: int
     time: float
+    launched: float | None = None
+    registered: float | None = None
+    cluster: float | None = None
+    LATER = frozenset({"launched", "registered", "cluster"})
 
 
 @dataclass(frozen=True)
@@ -414,6 +420,23 @@ class TaskRow:
 
 
 @dataclass(frozen=True)
+class Milestone:
+    """A moment of a job's course on the driver's or a launcher's clock (epoch seconds):
+    `driver`, `gang 0 asked`, `gang 0 user code`, `verdict`... (`scripts/bench.py --yarn`
+    turns them into the time of each phase)."""
+
+    name: str
+    at: float
+
+
+@dataclass(frozen=True)
+class Milestones(Record):
+    """`milestones`: the driver's moments so far, in order."""
+
+    marks: tuple[Milestone, ...]
+
+
+@dataclass(frozen=True)
 class JobView(Record):
     """What a job's page shows: read from the store while the job runs, and saved when it
     has ended (its history: `tfyarn history`, `tfyarn status APP --tasks` afterwards).
@@ -440,5 +463,6 @@ class JobView(Record):
     started: float = 0.0
     ended: float | None = None
     view_acls: tuple[str, ...] = ()  # --view-acls: who else `tfyarn history` shows it to
+    milestones: tuple[Milestone, ...] = ()  # where the job's time went, in order
 
-    LATER = frozenset({"view_acls"})
+    LATER = frozenset({"view_acls", "milestones"})

@@ -4,12 +4,12 @@ Two stores, same keys, same code path: a directory of files (local mode) and ske
 key-value store (YARN). Values are UTF-8 strings: plain text (an address, a reason) or
 a typed record of `tfyarn.core.records`, whose codec is the only one that writes them.
 
-Job keys (STATUS, PHASE, CLIENT, ACK, KILL, ATTEMPT, AM) live at the top. Everything one gang
-of launchers writes or reads (CLUSTER, STOP, RANKS, task/...) lives under its gang's
-prefix (`gang/<g>/`, see `Scoped`), so a new gang never reads an address, an exit or a
-stop request of an earlier one. Gangs are numbered 0, 1, ... per job: a restart starts a
-new attempt with a new gang; on YARN a gang that gave its containers back before it ran
-is followed by a new gang of the same attempt.
+Job keys (STATUS, PHASE, CLIENT, ACK, KILL, ATTEMPT, AM, MILESTONES) live at the top.
+Everything one gang of launchers writes or reads (CLUSTER, STOP, RANKS, task/...) lives
+under its gang's prefix (`gang/<g>/`, see `Scoped`), so a new gang never reads an
+address, an exit or a stop request of an earlier one. Gangs are numbered 0, 1, ... per
+job: a restart starts a new attempt with a new gang; on YARN a gang that gave its
+containers back before it ran is followed by a new gang of the same attempt.
 Must not build or parse records' JSON (`core.records`), nor decide anything about the job.
 Long because the key schema and both stores (directory and skein) are kept side by side:
 a key added to one is seen missing from the other.
@@ -49,6 +49,7 @@ JOB = "job"  # the JobSpec's own JSON, put by the driver first: a handle that at
 PREEMPTION = "skein:preemption"  # the RM's notice as skein's AM puts it (patch 0005): JSON
 NOTICED = "preemption_noticed"  # the RM's time of the last notice the driver acted on
 AM = "am"  # "N": put by the driver of ApplicationMaster attempt N > 1 (a lost AM resumed)
+MILESTONES = "milestones"  # records.Milestones: the driver's moments (its start, gangs, verdict)
 
 
 # One gang's task keys, a dir per kind (`addr/worker:1`): whoever waits on one kind is

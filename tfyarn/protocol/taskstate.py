@@ -5,7 +5,8 @@ watching client prints log links from it, so they can never disagree. Keys (unde
 attempt's prefix, see `kv`): `addr/<t>` (registered), `started/<t>` (the user process
 runs), `beat/<t>` (heartbeat counter), `exit/<t>` (its exit record), `lost/<t>` (its
 launcher died or went silent: written by the driver or the local client). The job-wide `tasks` key
-lists every task of the job, so a task that never registered is shown as waiting.
+lists every task of the job, so a task that never registered is shown as waiting; the
+job's milestones are the driver's `milestones` and the launchers' Started records.
 Must not write to the store nor decide the outcome (`core.policy` does, from what it reads).
 """
 
@@ -16,7 +17,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tfyarn.core.records import Attempt, Cause, JobTasks, RecordError, StepReport, TaskEnd
+from tfyarn.core.records import (
+    Attempt,
+    Cause,
+    JobTasks,
+    Milestone,
+    Milestones,
+    RecordError,
+    Started,
+    StepReport,
+    TaskEnd,
+)
 from tfyarn.core.tfconfig import Task, natural
 from tfyarn.protocol import kv as kvmod
 
@@ -174,3 +185,30 @@ def current(store: kvmod.KV, tasks: Iterable[Task] | None = None
     wanted = kvmod.wanted(store)
     snap = read(kvmod.Scoped(store, wanted.gang))
     return wanted.attempt, wanted.earlier, snap.states(job_tasks(store) if tasks is None else tasks)
+
+
+# what each launcher's Started record says, the slowest task's time (the gang waits for it)
+GANG_MARKS = (("launched", "launchers started"), ("registered", "registered"),
+              ("cluster", "cluster spec read"), ("time", "user code started"))
+
+
+def milestones(store: kvmod.KV, tasks: int) -> tuple[Milestone, ...]:
+    """The job's milestones in time order: the driver's (`milestones`), and for each gang
+    whose `tasks` tasks all started, when the last of them reached each step of GANG_MARKS
+    (one scan per gang). A record this tfyarn cannot read counts as absent."""
+    marks: list[Milestone] = []
+    with contextlib.suppress(RecordError):
+        raw = store.get(kvmod.MILESTONES)
+        marks.extend(Milestones.from_json(raw, kvmod.MILESTONES).marks if raw else ())
+    for gang in range(kvmod.wanted(store).gang + 1):
+        started = []
+        for key, value in kvmod.Scoped(store, gang).scan("started/").items():
+            with contextlib.suppress(RecordError):
+                started.append(Started.from_json(value, key))
+        if len(started) < tasks:
+            continue
+        for field_name, words in GANG_MARKS:
+            times = [getattr(s, field_name) for s in started]
+            if None not in times:
+                marks.append(Milestone(f"gang {gang} {words}", max(times)))
+    return tuple(sorted(marks, key=lambda m: m.at))

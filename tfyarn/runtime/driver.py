@@ -68,6 +68,8 @@ from tfyarn.core.records import (
     CourseSoFar,
     JobTasks,
     JobView,
+    Milestone,
+    Milestones,
     Outcome,
     RankTable,
     StepReport,
@@ -98,6 +100,7 @@ from tfyarn.protocol import taskstate
 from tfyarn.protocol.taskstate import Snapshot
 from tfyarn.runtime import gang as gangmod
 from tfyarn.runtime.site import Site, open_site
+from tfyarn.system import tree
 
 if TYPE_CHECKING:  # both load http.server (~15 ms): imported where used, off the start
     from tfyarn.protocol.rendezvous import RendezvousServer
@@ -474,6 +477,11 @@ class Course:
     am_host: str = ""
     keeper: Keeper | None = None  # keeps the course for a later AM attempt (YARN)
     kept_at: float = -1e9
+    marks: Marks | None = None  # the job's milestones (None: nothing marked)
+
+    def mark(self, name: str) -> None:
+        if self.marks is not None:
+            self.marks.add(name)
 
     def __post_init__(self) -> None:
         self.memory = {r.name: r.resources.memory_mb for r in self.spec.roles}
@@ -517,6 +525,23 @@ class Course:
         return outcome
 
 
+class Marks:
+    """The driver's milestones (`kvmod.MILESTONES`), each put as it happens: the job page,
+    the kept page and `scripts/bench.py --yarn` read where the job's time went from them
+    and from the launchers' Started records."""
+
+    def __init__(self, store: kvmod.KV) -> None:
+        self.store = store
+        self.marks: list[Milestone] = []
+
+    def add(self, name: str, at: float | None = None) -> None:
+        """Once per name: the first time it happens is the one that counts."""
+        if any(m.name == name for m in self.marks):
+            return
+        self.marks.append(Milestone(name, time.time() if at is None else at))
+        self.store.put(kvmod.MILESTONES, Milestones(tuple(self.marks)).to_json())
+
+
 class Keeper:
     """Keeps the job's course (`Site.keep_course`) on a thread of its own: a slow
     NameNode never holds the referee's loop, and the newest course offered wins."""
@@ -557,6 +582,7 @@ def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEn
     course.attempt, course.attempt_began, course.steps = attempt, began, steps
     course.keep(now=True)
     while True:
+        course.mark(f"gang {course.gang_no} asked")
         course.gang.start(course.gang_no, attempt, course.earlier, course.memory)
         referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
                           course.gang, course.gang_no, course.life, attempt, start,
@@ -628,6 +654,7 @@ def run_gang(course: Course, referee: Referee, attempt: int
         while tracker.notices:
             referee.preemption(tracker.notices.pop(0))
         course.keep()
+    course.mark(f"gang {course.gang_no} ended")
     if outcome.cause != Cause.REGROUP:  # a gang given back is told once, with when it asks again
         say(f"{outcome.state}: {outcome.message}", "driver")
     store.put(kvmod.PHASE, "stopping")
@@ -636,6 +663,7 @@ def run_gang(course: Course, referee: Referee, attempt: int
             and not regroups(outcome, rec, referee.published) and not preempted(rec) \
             and not (rec is not None and rec.memory_mb):
         # settled: YARN cannot say otherwise
+        course.mark(f"gang {course.gang_no + 1} asked")
         _request(gang, course.gang_no + 1, attempt + 1, course.memory)
     snap = stop_everything(spec, scoped, outcome, referee.gone, tracker)
     tracker.feed.close()
@@ -678,22 +706,27 @@ class AmAttempt:
 
 
 def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
-        gang: gangmod.Gang | None = None, am: AmAttempt = AmAttempt()) -> Outcome:
+        gang: gangmod.Gang | None = None, am: AmAttempt = AmAttempt(),
+        started: float | None = None) -> Outcome:
     """Drive the job to its end, restarting the whole gang after a failure the restart
     policy accepts, and publish the final status. In a later ApplicationMaster attempt
     the lost one's running attempt counts as a failure, and the job resumes as a restart
-    when --max-restarts allows (its gang 0 is skein's from the spec)."""
+    when --max-restarts allows (its gang 0 is skein's from the spec). `started`: the
+    driver process's start, its first milestone."""
     gang = gang or gangmod.Gang(store)
     life = JobLife()
     if threading.current_thread() is threading.main_thread():
         _trap_signals(life)
     course = Course(spec, store, gang, life, advertise_host,
                     Contention(spec.yarn.gang_patience_s), am=(am.number, am.of),
-                    am_host=am.host, keeper=Keeper(am.keep) if am.keep else None)
+                    am_host=am.host, keeper=Keeper(am.keep) if am.keep else None,
+                    marks=Marks(store))
     attempt = 0
     store.expect_all()  # first: the one watch every gang's feed and wait shares
     store.put(kvmod.JOB, spec.shown().to_json())  # skein's key-value page shows the store
     store.put(kvmod.TASKS, JobTasks(tuple(str(t) for t in spec.tasks())).to_json())
+    if started is not None:
+        course.marks.add("driver", started)
     if am.number > 1:
         store.put(kvmod.AM, str(am.number))
         lost = course.resume(am.kept)
@@ -736,6 +769,7 @@ def finish(course: Course, outcome: Outcome, tasks: Mapping[str, TaskEnd]) -> Ou
     final = replace(outcome, message=final_message(spec, outcome, earlier), tasks=tasks,
                     attempts=tuple(earlier),
                     goodput=goodput(course.spans, time.time() - course.began))
+    course.mark("verdict")
     store.expect([kvmod.ACK])  # before the status: a watching client acknowledges at once
     store.put(kvmod.STATUS, final.to_json())
     if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
@@ -861,6 +895,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--logs", help="local mode: the dir of the job's log files (the page "
                    "serves them)")
     ns = p.parse_args(argv)
+    started = tree.started_at()
     with open(ns.job, encoding="utf-8") as f:
         spec = JobSpec.from_json(f.read())
     site = open_site(ns.kv)
@@ -879,7 +914,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     starter = threading.Thread(target=start_page, daemon=True)
     starter.start()
     site.prepare(settings)
-    outcome = run(spec, site.store, host, site.gang(spec), am)
+    outcome = run(spec, site.store, host, site.gang(spec), am, started)
     linger = site.tensorboard_linger_s(spec)
     exit_within(VERDICT_EXIT_S + (linger + TENSORBOARD_DONE_SLACK_S if linger else 0),
                 exit_code(outcome.state))

@@ -51,7 +51,8 @@ def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
               "elapsed": elapsed_words(time.time() - started), "attempt": attempt,
               "attempts": spec.attempts, "rows": rows, "earlier": said,
               "tensorboard": tensorboard, "user": user, "queue": spec.yarn.queue or "",
-              "started": started, "view_acls": spec.yarn.view_acls}
+              "started": started, "view_acls": spec.yarn.view_acls,
+              "milestones": taskstate.milestones(store, len(spec.tasks()))}
     if raw_status is None:
         phase = store.get(kvmod.PHASE) or "starting"
         return JobView(state="RUNNING", message=hide(phase), **common)

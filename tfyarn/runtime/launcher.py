@@ -356,6 +356,9 @@ class Launcher:
     reports: dict[Task, StepReport] = field(default_factory=dict)  # steps forwarded
     card_mib: int | None = None  # the GPU's memory, for --gpu-memory-fraction's cap in MB
     slots: list[Slot] = field(default_factory=list)  # the tasks, once they start
+    # when this launcher's process started, registered and read the cluster spec
+    # (each task's Started record carries them: the gang's start, phase by phase)
+    milestones: dict[str, float | None] = field(default_factory=dict)
 
     def run(self) -> None:
         """Register every task, wait for the cluster, run and supervise the processes."""
@@ -377,8 +380,10 @@ class Launcher:
             self.store.put(kvmod.addr_key(task), slot.addr)
             say(f"registered at {slot.addr}", task)
             slots.append(slot)
+        self.milestones.update(launched=tree.started_at(), registered=time.time())
         deadline = time.monotonic() + self.args.job.register_timeout_s + CLUSTER_WAIT_SLACK_S
         cluster = wait_for_cluster(self.store, self.flag, deadline)
+        self.milestones["cluster"] = time.time()
         self.cluster_seen.set()
         for slot in slots:
             slot.sock.close()
@@ -515,7 +520,8 @@ class Launcher:
             argv = shell_argv(a.job.command)
         slot.child = spawn.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 parent_death=signal.SIGKILL)
-        self.store.put(kvmod.start_key(slot.task), Started(slot.child.pid, time.time()).to_json())
+        self.store.put(kvmod.start_key(slot.task),
+                       Started(slot.child.pid, time.time(), **self.milestones).to_json())
         prefix = f"[{slot.task}] ".encode() if len(a.tasks) > 1 else b""
         assert slot.child.stdout is not None and slot.child.stderr is not None
         slot.pumps = (streams.LinePump(slot.child.stdout, getattr(sys.stdout, "buffer", None),

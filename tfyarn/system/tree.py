@@ -3,7 +3,8 @@
 Owns: descendants through /proc (the children files, or one scan of the table), stop
 rounds (SIGTERM, grace, SIGKILL until nothing is left), processes tagged by an
 environment variable (how a tree is found once its supervisor is gone), the watchdog
-that ends a SIGKILLed supervisor's tree, and the docker containers a tree started.
+that ends a SIGKILLed supervisor's tree, the docker containers a tree started, and when a
+process started.
 Stdlib only, on purpose: the launcher that uses it runs inside users' images and on
 nodes' own interpreters, which need nothing installed beyond tfyarn. Must not know about
 jobs, tasks or stores. Linux only (/proc).
@@ -53,6 +54,20 @@ def proc_state(pid: int) -> str | None:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rsplit(b")", 1)[1].split()[0].decode()
     except (OSError, IndexError):
+        return None
+
+
+def started_at(pid: int | None = None) -> float | None:
+    """When `pid` (default: this process) started, in epoch seconds to the kernel's tick
+    (10 ms): its interpreter's start and imports count, which a time taken in its
+    main() would miss. None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid or 'self'}/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        # since boot, as the kernel counts it (/proc/stat's btime is whole seconds)
+        ago = time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - ago
+    except (OSError, IndexError, ValueError):
         return None
 
 
