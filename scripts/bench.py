@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Benchmarks the user-facing latencies tfyarn promises; prints one JSON object.
 
-- help_s: whole-process time of `el_submit --help` (target <= 0.15 s); api_import_s:
+- help_s: whole-process time of `el_submit --help` (target <= 0.15 s), skein_help_s:
+  `skein --help`'s, interleaved, and help_over_skein_help (target <= 0.25); api_import_s:
   importing the Python API (`tfyarn.submit`, `run`, `attach`), and api_import_ratio, that
   over help_s (target <= 1.5);
 - local_to_tf_config_s: `el_submit --local` with 4 no-op tasks, from launch until every
@@ -38,7 +39,12 @@
   submitting a trivial app: seconds to the application id and to the client's exit, and
   ratios; yarn_gang_restart_s: a worker's SIGKILL until every task of the new gang runs;
   yarn_64_tasks_running_s: a 64-rank job (4 containers x 16) from el_submit's start
-  until every rank runs;
+  until every rank runs; and `phases`, a table for each (printed on stderr too): every
+  milestone's median offset and the phase that ends there, from the client's clock (the
+  id printed, its exit), the ResourceManager's (accepted, AM launched, FINISHED) and the
+  job's own (its kept page: the driver's start, each gang asked and ended, the last
+  launcher started, registered, reading the cluster spec, starting the user code, the
+  verdict); bare skein's beside where it has them;
 - with --pipeline [yarn|local] (#31): the one-program census (examples/census_spark/
   census_program.py, CENSUS_COPIES=60: about two million rows; Spark with one executor
   core) run by pl_submit twice, pipelined (training submitted at Spark's first shard) and
@@ -53,6 +59,9 @@
   yarn_cli_status_s (`yarn application -status APP`) measured side by side, and their
   ratio (target <= 0.5).
 Medians over --repeat runs. Run: python scripts/bench.py [--repeat 5] [--app APP]
+`--compare scripts/bench-baseline.json` prints each figure beside the saved baseline of
+the same mode (stderr); `--save FILE` keeps the run as that mode's baseline: a change that
+moves a figure updates it, so the next regression shows against it.
 """
 
 from __future__ import annotations
@@ -80,6 +89,22 @@ def help_time() -> float:
     subprocess.run([sys.executable, "-m", "tfyarn.cli", "--help"], check=True,
                    stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
+
+
+def help_pairs(n: int = 7) -> dict[str, float]:
+    """`el_submit --help` and `skein --help` (the same interpreter), interleaved n pairs:
+    medians and their ratio (target <= 0.25)."""
+    skein = [sys.executable, "-c", "import sys; from skein.cli import main; "
+             "sys.argv = ['skein', '--help']; main()"]
+    ours, theirs = [], []
+    for _ in range(n):
+        ours.append(help_time())
+        t0 = time.perf_counter()
+        subprocess.run(skein, check=True, stdout=subprocess.DEVNULL)
+        theirs.append(time.perf_counter() - t0)
+    mine, other = statistics.median(ours), statistics.median(theirs)
+    return {"help_s": round(mine, 3), "skein_help_s": round(other, 3),
+            "help_over_skein_help": round(mine / other, 2)}
 
 
 def api_import_time() -> float:
@@ -516,20 +541,88 @@ with skein.Client() as client:
 """
 
 
-def _timed_submit(argv: list[str]) -> tuple[float, float]:
-    """(seconds to the application id on stdout, seconds to the whole client's exit)."""
-    t0 = time.perf_counter()
+def _timed_submit(argv: list[str]) -> tuple[float, float, str, float]:
+    """(seconds to the application id on stdout, seconds to the whole client's exit, the
+    id, the wall clock at the client's start)."""
+    t0, wall = time.perf_counter(), time.time()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    proc.stdout.readline()
+    app_id = proc.stdout.readline().strip()
     first = time.perf_counter() - t0
     proc.wait()
-    return first, time.perf_counter() - t0
+    return first, time.perf_counter() - t0, app_id, wall
+
+
+# --------------------------------------------------- where a YARN job's seconds go (#46)
+
+def _yarn_opts():
+    from tfyarn.client import cluster
+    from tfyarn.core.settings import Settings
+
+    return cluster.ClientOptions(settings=Settings.from_environ())
+
+
+def _rm_times(app_id: str) -> dict[str, float]:
+    """The ResourceManager's own clock for an application: accepted (submitted), its AM
+    container launched, and FINISHED (its final status set), epoch seconds."""
+    from tfyarn.client.cluster import rest_client
+
+    app = rest_client(_yarn_opts()).get(f"apps/{app_id}")["app"]
+    return {"RM accepted": app["startedTime"] / 1000, "AM launched": app["launchTime"] / 1000,
+            "RM finished": app["finishedTime"] / 1000}
+
+
+def _kept_milestones(app_id: str) -> dict[str, float]:
+    """The milestones in the job's kept page (the driver's and the launchers' clocks)."""
+    from tfyarn.client import cluster
+    from tfyarn.client.history import HdfsShelf
+    from tfyarn.core.tfconfig import history_dir
+    from tfyarn.hdfs import webhdfs
+
+    opts = _yarn_opts()
+    folder = history_dir(None, opts.settings.user)
+    client = webhdfs.client_for(folder, opts.hadoop_conf, opts.settings.user,
+                                cluster.web_login(opts))
+    view = HdfsShelf(folder, client).read(app_id)
+    assert view is not None, f"no kept page for {app_id} in {folder}"
+    return {m.name: m.at for m in view.milestones}
+
+
+def job_milestones(run: tuple[float, float, str, float], tfyarn: bool = True
+                   ) -> dict[str, float]:
+    """One submitted job's milestones, in seconds from its client's start: the client's
+    (application id printed, exit), the ResourceManager's and, for tfyarn, the kept
+    page's."""
+    first, whole, app_id, wall = run
+    marks = {"app id printed": wall + first, "client exit": wall + whole,
+             **_rm_times(app_id)}
+    if tfyarn:
+        marks.update(_kept_milestones(app_id))
+    return {name: at - wall for name, at in marks.items()}
+
+
+def phase_table(runs: list[dict[str, float]]) -> list[list]:
+    """Medians over runs of each milestone's offset, in time order, with the phase that
+    ends there (the time since the milestone before): [name, at_s, phase_s]."""
+    names = set().union(*runs)
+    med = {n: statistics.median(r[n] for r in runs if n in r) for n in names}
+    rows, before = [], 0.0
+    for name in sorted(med, key=med.get):
+        rows.append([name, round(med[name], 3), round(med[name] - before, 3)])
+        before = med[name]
+    return rows
+
+
+def print_phases(title: str, rows: list[list], file=sys.stderr) -> None:
+    print(f"\n{title}\n  {'milestone':<34} {'at (s)':>8} {'phase (s)':>10}", file=file)
+    for name, at, took in rows:
+        print(f"  {name:<34} {at:8.3f} {took:10.3f}", file=file)
 
 
 def yarn_rates(repeat: int) -> dict:
     """On the sandbox YARN, interleaved: a trivial el_submit job with and without the
     warm skein driver against bare skein submitting and awaiting a trivial app; gang restart
-    time (a worker's user process SIGKILLed to every task of the new gang running)."""
+    time (a worker's user process SIGKILLed to every task of the new gang running); and
+    where each one's seconds went (phase tables: the milestones' medians)."""
     el = [sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", "1",
           "--python", sys.executable, "-c", "true"]
     tfyarn = [sys.executable, "-m", "tfyarn"]
@@ -548,45 +641,59 @@ def yarn_rates(repeat: int) -> dict:
     out.update({f"yarn_{name}_client_s": round(v[1], 2) for name, v in med.items()})
     out["yarn_warm_client_ratio"] = round(med["warm"][1] / med["bare"][1], 2)
     out["yarn_cold_client_ratio"] = round(med["cold"][1] / med["bare"][1], 2)
-    restarts = [yarn_restart_s() for _ in range(repeat)]
-    out["yarn_gang_restart_s"] = round(statistics.median(restarts), 2)
-    out["yarn_64_tasks_running_s"] = round(statistics.median(
-        yarn_many_tasks_s() for _ in range(repeat)), 2)
+    phases = {"trivial_bare_skein": phase_table([job_milestones(r, False) for r in bare]),
+              "trivial_cold": phase_table([job_milestones(r) for r in cold]),
+              "trivial_warm": phase_table([job_milestones(r) for r in warm])}
+    restarts = [yarn_restart() for _ in range(repeat)]
+    out["yarn_gang_restart_s"] = round(statistics.median(r[0] for r in restarts), 2)
+    phases["gang_restart"] = phase_table([r[1] for r in restarts])
+    many = [yarn_many_tasks() for _ in range(repeat)]
+    out["yarn_64_tasks_running_s"] = round(statistics.median(m[0] for m in many), 2)
+    phases["ranks_64"] = phase_table([m[1] for m in many])
+    out["phases"] = phases
+    for title, rows in phases.items():
+        print_phases(title, rows)
     return out
 
 
-def yarn_many_tasks_s(containers: int = 4, per: int = 16) -> float:
+def yarn_many_tasks(containers: int = 4, per: int = 16) -> tuple[float, dict[str, float]]:
     """A 64-rank job (4 containers of 16 ranks: what 8 vcores hold): from el_submit's
-    start until every rank runs its command (each stamps the time)."""
+    start until every rank runs its command (each stamps the time); and its milestones."""
     with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as stamps:
         os.chmod(stamps, 0o777)
-        start = time.time()
-        subprocess.run([sys.executable, "-m", "tfyarn.cli", "-t", "pytorch", "-wn",
-                        str(containers), "-ppn", str(per), "-wm", "1024", "--python",
-                        sys.executable, "--env", f"STAMPS={stamps}", "-c",
-                        'date +%s.%N > "$STAMPS/$RANK"'], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run = _timed_submit([sys.executable, "-m", "tfyarn.cli", "-t", "pytorch", "-wn",
+                             str(containers), "-ppn", str(per), "-wm", "1024", "--python",
+                             sys.executable, "--env", f"STAMPS={stamps}", "-c",
+                             'date +%s.%N > "$STAMPS/$RANK"'])
         values = []
         for name in os.listdir(stamps):
             with open(os.path.join(stamps, name)) as f:
                 values.append(float(f.read()))
         assert len(values) == containers * per, len(values)
-        return max(values) - start
+        marks = job_milestones(run)
+        marks["every rank stamped"] = max(values) - run[3]
+        return max(values) - run[3], marks
 
 
-def yarn_restart_s() -> float:
+def yarn_restart() -> tuple[float, dict[str, float]]:
     """Worker 1 of attempt 0 SIGKILLs its own user process (stamping the time); every task
-    of attempt 1 stamps when its user code runs: the last stamp minus the kill."""
+    of attempt 1 stamps when its user code runs: the last stamp minus the kill; and the
+    job's milestones from the kill on (the new gang's)."""
     with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as stamps:
         os.chmod(stamps, 0o777)
-        subprocess.run([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn",
-                        str(TASKS), "--max-restarts", "1", "--python", sys.executable,
-                        "--env", f"STAMPS={stamps}", "-c", RESTART], check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        run = _timed_submit([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker",
+                             "-wn", str(TASKS), "--max-restarts", "1", "--python",
+                             sys.executable, "--env", f"STAMPS={stamps}", "-c", RESTART])
         with open(os.path.join(stamps, "failed")) as f:
             failed = float(f.read())
         os.remove(os.path.join(stamps, "failed"))
-        return last_stamp(stamps, failed)
+        took = last_stamp(stamps, failed)
+        marks = {n: at + run[3] - failed for n, at in job_milestones(run).items()}
+        marks = {n: at for n, at in marks.items() if at >= 0}
+        marks["worker:1 killed"] = 0.0
+        marks["every task stamped"] = took
+        return took, marks
+
 
 CHECKPOINT_EVERY = 300  # steps (0.1 s each): a periodic checkpoint every 30 s, as "today"
 
@@ -808,38 +915,47 @@ def main() -> None:
     p.add_argument("--history", type=int, nargs="?", const=200, metavar="JOBS",
                    help="only `tfyarn history`'s listing of JOBS kept pages in HDFS (the "
                    "cluster HADOOP_CONF_DIR names; target: 1 s)")
+    p.add_argument("--compare", metavar="FILE", help="also print each figure beside the "
+                   "same mode's in FILE (a saved baseline: scripts/bench-baseline.json), and "
+                   "their ratio, on stderr")
+    p.add_argument("--save", metavar="FILE", help="keep this run as FILE's baseline for its "
+                   "mode (the other modes' entries stay)")
     ns = p.parse_args()
+    mode, out = measure(ns)
+    print(json.dumps(out, indent=2))
+    if ns.compare:
+        compare(mode, out, ns.compare)
+    if ns.save:
+        save(mode, out, ns.save)
+
+
+def measure(ns: argparse.Namespace) -> tuple[str, dict]:
+    """The mode the flags ask for, and its figures."""
     if ns.preemption:
-        print(json.dumps(preemption_costs(ns.repeat), indent=2))
-        return
+        return "preemption", preemption_costs(ns.repeat)
     if ns.history:
-        print(json.dumps(history_times(ns.history, ns.repeat), indent=2))
-        return
+        return "history", history_times(ns.history, ns.repeat)
     if ns.progress:
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(progress_cost(tmp), indent=2))
-        return
+            return "progress", progress_cost(tmp)
     if ns.pipeline:
-        print(json.dumps(pipeline_times(ns.pipeline), indent=2))
-        return
+        return f"pipeline-{ns.pipeline}", pipeline_times(ns.pipeline)
     if ns.yarn:
-        print(json.dumps(yarn_rates(ns.repeat), indent=2))
-        return
+        return "yarn", yarn_rates(ns.repeat)
     if ns.scale:
         sizes = [int(x) for x in ns.scale.split(",")]
-        print(json.dumps(scale_table(sizes, ns.repeat), indent=2))
-        return
+        return "scale", scale_table(sizes, ns.repeat)
     if ns.data:
-        print(json.dumps({"rows": ns.data, **data_rates(ns.data)}, indent=2))
-        return
+        return "data", {"rows": ns.data, **data_rates(ns.data)}
     n = ns.repeat
-    help_s = statistics.median(help_time() for _ in range(n))
+    helps = help_pairs(max(n, 7))
+    help_s = helps["help_s"]
     api_s = statistics.median(api_import_time() for _ in range(n))
     local_s = median_of(local_time, n)
     bare_s = median_of(bare_time, n)
     restart_s = median_of(restart_time, n)
     staged, plain = staging_times()
-    out = {"help_s": round(help_s, 3), "api_import_s": round(api_s, 3),
+    out = {**helps, "api_import_s": round(api_s, 3),
            "api_import_ratio": round(api_s / help_s, 2),
            "local_to_tf_config_s": round(local_s, 3),
            "bare_spawn_s": round(bare_s, 3), "overhead_s": round(local_s - bare_s, 3),
@@ -848,8 +964,8 @@ def main() -> None:
            "idle_cores_32_tasks": round(idle_cores(), 3),
            "staging_20k_files_s": round(staged, 3), "no_files_s": round(plain, 3),
            "staging_ratio": round(staged / plain, 2),
-           "targets": {"help_s": 0.15, "api_import_ratio": 1.5, "overhead_s": 0.5,
-                       "restart_over_launch_s": 5.0,
+           "targets": {"help_s": 0.15, "help_over_skein_help": 0.25, "api_import_ratio": 1.5,
+                       "overhead_s": 0.5, "restart_over_launch_s": 5.0,
                        "status_ratio": 0.5}, "repeat": n}
     if ns.allreduce:
         out.update(allreduce_ratios(n))
@@ -858,7 +974,59 @@ def main() -> None:
         ours, theirs = status_times(ns.app, n)
         out.update(status_s=round(ours, 3), yarn_cli_status_s=round(theirs, 3),
                    status_ratio=round(ours / theirs, 2))
-    print(json.dumps(out, indent=2))
+    return "default", out
+
+
+def _figures(d: dict, prefix: str = "") -> dict[str, float]:
+    """Every number in a bench output, by its dotted key (a phase table's rows by their
+    milestone: `phases.trivial_cold.verdict`); targets left out."""
+    flat: dict[str, float] = {}
+    for key, v in d.items():
+        name = f"{prefix}{key}"
+        if key in ("targets", "repeat"):
+            continue
+        if isinstance(v, dict):
+            flat.update(_figures(v, f"{name}."))
+        elif isinstance(v, list) and v and all(isinstance(r, list) and len(r) == 3 for r in v):
+            flat.update({f"{name}.{r[0]}": r[1] for r in v})  # phase rows: the offset
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
+            flat[name] = v
+    return flat
+
+
+def compare(mode: str, out: dict, path: str) -> None:
+    """Each figure beside the baseline's for the same mode, on stderr: the next
+    regression is seen by the change that causes it."""
+    with open(path, encoding="utf-8") as f:
+        saved = json.load(f).get(mode)
+    if saved is None:
+        print(f"\n{path} has no {mode!r} baseline: keep one with --save {path}",
+              file=sys.stderr)
+        return
+    print(f"\n{mode}: now against {path} (saved {saved.get('saved', '?')})", file=sys.stderr)
+    base, now = _figures(saved["figures"]), _figures(out)
+    for key in sorted(set(base) | set(now)):
+        b, n = base.get(key), now.get(key)
+        ratio = f"{n / b:6.2f}x" if b and n is not None else "      -"
+        was, is_ = ("-" if x is None else f"{x:g}" for x in (b, n))
+        print(f"  {key:<60} {was:>10} {is_:>10} {ratio}", file=sys.stderr)
+
+
+def save(mode: str, out: dict, path: str) -> None:
+    """This run as the mode's baseline in `path` (the other modes' kept)."""
+    import datetime
+    import platform
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            kept = json.load(f)
+    except FileNotFoundError:
+        kept = {}
+    kept[mode] = {"saved": datetime.date.today().isoformat(), "host": platform.node(),
+                  "cpus": os.cpu_count(), "figures": out}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(kept, f, indent=1, sort_keys=True)
+        f.write("\n")
 
 
 if __name__ == "__main__":
