@@ -539,3 +539,38 @@ def test_a_history_gate_answers_no_one_without_a_login_and_each_viewer_theirs(tm
             assert get("/", Cookie=bad)[0] == 401, bad
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------- the kept help (row G7)
+
+
+def test_a_planted_help_is_never_printed(mallory, shared, tmp_path):
+    """G7: with the cache in a dir everyone writes, mallory plants `el_submit --help`'s
+    file (her own, then one of the victim's made group- and world-writable): the victim
+    gets click's help, rendered anew and kept 0600; then the kept one, the same text."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(shared), "COLUMNS": "100"}
+    env.pop("HADOOP_CONF_DIR", None)
+    plant = ("import os, sys; d = os.path.dirname(sys.argv[1]); os.makedirs(d, exist_ok=True); "
+             "[os.chmod(p, 0o777) for p in (d, os.path.dirname(d))]; "
+             "open(sys.argv[1], 'w').write('Usage: el_submit --evil\\n'); "
+             "os.chmod(sys.argv[1], 0o666)")
+    path = subprocess.run([sys.executable, "-c", "from tfyarn.cli import helpcache; "
+                           "print(helpcache.help_path('el_submit'))"], env=env,
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert as_mallory(mallory, [system_python(), "-c", plant, path],
+                      env={"PATH": "/usr/bin:/bin"}).returncode == 0
+
+    def help_() -> str:
+        out = subprocess.run([sys.executable, "-m", "tfyarn.cli", "--help"], env=env,
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    first = help_()
+    assert "--evil" not in first and "Usage: el_submit [OPTIONS] -c COMMAND..." in first
+    st = os.stat(path)  # replaced: the victim's own, private
+    assert (st.st_uid, st.st_mode & 0o777) == (os.geteuid(), 0o600)
+    Path(path).write_text("Usage: el_submit --evil\n")
+    os.chmod(path, 0o666)  # the victim's, but anyone may write it: not printed either
+    assert help_() == first
+    assert help_() == first  # from the kept file now

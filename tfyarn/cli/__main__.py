@@ -1,5 +1,5 @@
 """`python -m tfyarn.cli` is `el_submit`."""
 
-from tfyarn.cli.main import el_submit_main
+from tfyarn.cli.entry import el_submit
 
-el_submit_main()
+el_submit()

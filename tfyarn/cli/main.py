@@ -23,6 +23,7 @@ import click
 
 from tfyarn import __version__
 from tfyarn.api.options import OPTIONS
+from tfyarn.cli import helpcache
 from tfyarn.client.interrupts import Interrupted, Interrupts
 from tfyarn.core.errors import EXIT_BAD_INPUT, SpecError, TfYarnError
 from tfyarn.core.redact import redact
@@ -539,8 +540,18 @@ def end(code: int) -> NoReturn:
     os._exit(code)
 
 
+def help_text(cmd: click.Command, prog: str) -> str:
+    """What `prog --help` prints: click's own rendering, as its help option does."""
+    return cmd.get_help(click.Context(cmd, info_name=prog, **CONTEXT)) + "\n"
+
+
 def el_submit_main(argv: Sequence[str] | None = None) -> None:
     args, command = split_command(sys.argv[1:] if argv is None else argv)
+    if command is None and args in helpcache.HELP_ARGS:  # kept for the next (cli.entry)
+        text = help_text(submit, "el_submit")
+        helpcache.keep_help("el_submit", text)
+        click.echo(text, nl=False)
+        end(0)
     warn_options_in_command(command)
     end(run_click(submit, args, {"command": command}, "el_submit"))
 
