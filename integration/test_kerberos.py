@@ -492,6 +492,9 @@ def test_history_with_spnego_shows_each_viewer_what_the_view_acl_admits(tmp_path
                        env=env)
     assert mine.returncode == 0 and shared.returncode == 0, mine.stderr[-3000:]
     hidden, seen = mine.stdout.split()[0], shared.stdout.split()[0]
+    for app in (hidden, seen):  # each driver keeps its page once YARN has the verdict
+        wait_until(lambda app=app: mine_hdfs.status(f"{team}/{app}.json", strict=False),
+                   30, f"{app}'s kept page")
     mallory = other_user(tmp_path)
     theirs_hdfs = webhdfs_as(mallory)
     denied(lambda: theirs_hdfs.delete(f"{team}/{hidden}.json"))  # the sticky bit

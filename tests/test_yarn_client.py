@@ -838,3 +838,19 @@ def test_the_queues_largest_container_is_read_from_the_schedulers_answer():
     assert max_allocation_mb(answer, "root.urgent") == 4096
     assert max_allocation_mb(answer, "nosuchqueue") is None
     assert max_allocation_mb({}, "default") is None
+
+
+def test_the_rm_report_says_when_the_application_ended():
+    """AppReport.finished_ms (how long `status --tasks` may wait for a kept page on its
+    way, #46): Hadoop 3.3.6's answers mid-run (finishedTime 0) and after the end."""
+    import json
+
+    from conftest import FIXTURES
+
+    from tfyarn.core.appreport import AppReport
+
+    mid, after = (AppReport.from_rest(json.loads((FIXTURES / f"rm-app-{n}.body")
+                                                 .read_text())["app"])
+                  for n in ("midrun", "after"))
+    assert (mid.finished_ms, mid.ended) == (0, False)
+    assert after.ended and after.finished_ms > after.started_ms > 0

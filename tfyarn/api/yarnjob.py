@@ -37,7 +37,12 @@ from tfyarn.core.jobspec import JobSpec, Resources, Role
 from tfyarn.core.records import Outcome
 from tfyarn.core.say import say
 from tfyarn.core.tfconfig import model_dir
-from tfyarn.core.timing import AGGREGATION_WAIT_S, KILL_GRACE_S, LIVE_LOG_POLL_S
+from tfyarn.core.timing import (
+    AGGREGATION_WAIT_S,
+    KEPT_PAGE_WAIT_S,
+    KILL_GRACE_S,
+    LIVE_LOG_POLL_S,
+)
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
 
@@ -96,8 +101,9 @@ class YarnBackend(_Backend):
         """While it runs: each task's line from the store (connects: a JVM unless a warm
         driver serves), and why the gang waits; once ended: its kept page's table."""
         rep = self.report()
-        if rep.ended:
-            return kept_task_lines(self.id, self.opts)
+        if rep.ended:  # ended just now (or still ending): its page may be on its way
+            since = time.time() - rep.finished_ms / 1000 if rep.finished_ms else 0.0
+            return kept_task_lines(self.id, self.opts, max(0.0, KEPT_PAGE_WAIT_S - since))
         store = self._store() if rep.state is YarnState.RUNNING else None
         if store is None:
             return []

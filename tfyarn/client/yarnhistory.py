@@ -7,6 +7,7 @@ kept (they write it, `runtime.driver`).
 from __future__ import annotations
 
 import os
+import time
 
 from tfyarn.client import appspec, history, rm, staging
 from tfyarn.client.cluster import ClientOptions, rest_client, web_login
@@ -15,15 +16,20 @@ from tfyarn.core.errors import (
     SpecError,
 )
 from tfyarn.core.tfconfig import history_dir
+from tfyarn.core.timing import KEPT_PAGE_POLL_S
 from tfyarn.hdfs import webhdfs
 
 
-def kept_task_lines(app_id: str, opts: ClientOptions) -> list[str]:
+def kept_task_lines(app_id: str, opts: ClientOptions, wait_s: float = 0.0) -> list[str]:
     """A finished job's task table, from the page its driver kept at the end (or one
-    line, in parentheses, saying why there is none)."""
+    line, in parentheses, saying why there is none). `wait_s`: how long a page not there
+    yet may still come (the driver keeps it after YARN has the final status)."""
+    until = time.monotonic() + wait_s
     try:
         shelf = cluster_shelf(opts)
-        view = history.HistoryReader([shelf]).view(app_id)
+        reader = history.HistoryReader([shelf])
+        while (view := reader.view(app_id)) is None and time.monotonic() < until:
+            time.sleep(KEPT_PAGE_POLL_S)
     except EnvironmentMissing as exc:  # no NameNode named, HDFS down, no login
         return [f"(its kept page could not be read: {exc})"]
     if view is None:

@@ -78,8 +78,9 @@ ACTIVE_STATES = ("NEW", "NEW_SAVING", "SUBMITTED", "ACCEPTED", "RUNNING")
 
 @dataclass(frozen=True)
 class AppReport:
-    """One application as the ResourceManager reports it. `started_ms`: epoch ms (0 when
-    not known); `log_aggregation`: YARN's word, "" where the answer has none (skein's)."""
+    """One application as the ResourceManager reports it. `started_ms`, `finished_ms`:
+    epoch ms (0 when not known); `log_aggregation`: YARN's word, "" where the answer has
+    none (skein's)."""
 
     app_id: str
     name: str = ""
@@ -92,6 +93,7 @@ class AppReport:
     kind: str = ""  # the application type
     started_ms: int = 0
     log_aggregation: str = ""
+    finished_ms: int = 0  # when YARN had its AM end: 0 while it runs, or still ends
 
     @property
     def ended(self) -> bool:
@@ -105,22 +107,26 @@ class AppReport:
                    YarnState.of(app.get("state")), FinalStatus.of(app.get("finalStatus")),
                    str(app.get("diagnostics") or ""), str(app.get("trackingUrl") or ""),
                    host, str(app.get("user") or ""), str(app.get("applicationType") or ""),
-                   _int(app.get("startedTime")), str(app.get("logAggregationStatus") or ""))
+                   _int(app.get("startedTime")), str(app.get("logAggregationStatus") or ""),
+                   _int(app.get("finishedTime")))
 
     @classmethod
     def from_skein(cls, rep: Any) -> AppReport:
         """From skein's ApplicationReport (its attributes; skein is not imported here)."""
         host = str(getattr(rep, "host", "") or "")
-        start = getattr(rep, "start_time", None)
-        millis = int(start.timestamp() * 1000) if isinstance(start, datetime.datetime) \
-            else _int(start)
+
+        def millis(at: object) -> int:
+            return int(at.timestamp() * 1000) if isinstance(at, datetime.datetime) \
+                else _int(at)
+
         return cls(str(getattr(rep, "id", "")), str(getattr(rep, "name", "") or ""),
                    YarnState.of(getattr(rep, "state", None)),
                    FinalStatus.of(getattr(rep, "final_status", None)),
                    str(getattr(rep, "diagnostics", "") or ""),
                    str(getattr(rep, "tracking_url", "") or ""),
                    "" if host == "N/A" else host, str(getattr(rep, "user", "") or ""), "",
-                   millis)
+                   millis(getattr(rep, "start_time", None)), "",
+                   millis(getattr(rep, "finish_time", None)))
 
 
 def _int(raw: object) -> int:

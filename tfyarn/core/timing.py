@@ -89,7 +89,10 @@ PREEMPTION_HOLD_POLL_S = 0.2  # a training loop held at a notice looks again thi
 COURSE_KEEP_S = 30.0  # YARN: the driver keeps the job's course so far for a later AM attempt
 # this often (and at each attempt's start); a lost AM costs at most this much goodput record
 HISTORY_SAVE_S = 5.0  # keeping the final page (each WebHDFS call, and all of them: the
-# verdict never waits longer for it)
+# AM's exit never waits longer for it; YARN has the verdict before it starts)
+KEPT_PAGE_WAIT_S = HISTORY_SAVE_S + 5.0  # a job ended this recently may still be keeping
+# its page (its driver does it after YARN has the verdict): `status --tasks` waits for it
+KEPT_PAGE_POLL_S = 0.2  # ... looking this often
 
 # --- clients
 YARN_POLL_S = 1.0  # el_submit's application report interval (each is an RM call)

@@ -918,14 +918,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     linger = site.tensorboard_linger_s(spec)
     exit_within(VERDICT_EXIT_S + (linger + TENSORBOARD_DONE_SLACK_S if linger else 0),
                 exit_code(outcome.state))
+    site.finish(spec, outcome)  # YARN has the verdict now (skein patch 0012): then the rest
     keeping = threading.Thread(target=save_page, args=(spec, site, settings, began),
                                daemon=True)
-    keeping.start()  # bounded: a NameNode that hangs delays the verdict by this much only
+    keeping.start()  # bounded: a NameNode that hangs delays the AM's own exit this much only
     keeping.join(timeout=HISTORY_SAVE_S)
     if keeping.is_alive():
         say(f"keeping the job's page took over {HISTORY_SAVE_S:g} s: ending without it",
             "driver")
-    site.finish(spec, outcome)
     ended.set()
     starter.join(timeout=PAGE_START_WAIT_S)
     for page in pages:

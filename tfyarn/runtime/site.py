@@ -174,7 +174,9 @@ class YarnSite(Site):
 
     def finish(self, spec: JobSpec, outcome: Outcome) -> None:
         """Linger for TensorBoard when asked, then give the AM the final status and a
-        diagnostics text naming the task, its stderr and every task's end."""
+        diagnostics text naming the task, its stderr and every task's end. The AM hands
+        it to the ResourceManager before this returns (skein patch 0012): the job has
+        ended for YARN and its clients, and the driver keeps its page after."""
         self.linger_for_tensorboard(spec)
         diagnostics = outcome.message
         if outcome.tail:
