@@ -566,7 +566,11 @@ def _rm_times(app_id: str) -> dict[str, float]:
     container launched, and FINISHED (its final status set), epoch seconds."""
     from tfyarn.client.cluster import rest_client
 
-    app = rest_client(_yarn_opts()).get(f"apps/{app_id}")["app"]
+    client, until = rest_client(_yarn_opts()), time.monotonic() + 60
+    # finishedTime: 0 until the RM has the final status
+    while (app := client.get(f"apps/{app_id}")["app"])["finishedTime"] == 0:
+        assert time.monotonic() < until, f"{app_id}'s AM never ended"
+        time.sleep(0.2)
     return {"RM accepted": app["startedTime"] / 1000, "AM launched": app["launchTime"] / 1000,
             "RM finished": app["finishedTime"] / 1000}
 
@@ -582,8 +586,10 @@ def _kept_milestones(app_id: str) -> dict[str, float]:
     folder = history_dir(None, opts.settings.user)
     client = webhdfs.client_for(folder, opts.hadoop_conf, opts.settings.user,
                                 cluster.web_login(opts))
-    view = HdfsShelf(folder, client).read(app_id)
-    assert view is not None, f"no kept page for {app_id} in {folder}"
+    shelf, until = HdfsShelf(folder, client), time.monotonic() + 30
+    while (view := shelf.read(app_id)) is None:  # kept once YARN has the verdict
+        assert time.monotonic() < until, f"no kept page for {app_id} in {folder}"
+        time.sleep(0.2)
     return {m.name: m.at for m in view.milestones}
 
 
