@@ -477,14 +477,11 @@ class Course:
     am_host: str = ""
     keeper: Keeper | None = None  # keeps the course for a later AM attempt (YARN)
     kept_at: float = -1e9
-    marks: Marks | None = None  # the job's milestones (None: nothing marked)
-
-    def mark(self, name: str) -> None:
-        if self.marks is not None:
-            self.marks.add(name)
+    marks: Marks = field(init=False)  # the job's milestones, in the store
 
     def __post_init__(self) -> None:
         self.memory = {r.name: r.resources.memory_mb for r in self.spec.roles}
+        self.marks = Marks(self.store)
 
     def so_far(self) -> CourseSoFar:
         return CourseSoFar(self.am[0], self.am_host, self.began, self.attempt,
@@ -582,7 +579,7 @@ def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEn
     course.attempt, course.attempt_began, course.steps = attempt, began, steps
     course.keep(now=True)
     while True:
-        course.mark(f"gang {course.gang_no} asked")
+        course.marks.add(f"gang {course.gang_no} asked")
         course.gang.start(course.gang_no, attempt, course.earlier, course.memory)
         referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
                           course.gang, course.gang_no, course.life, attempt, start,
@@ -654,7 +651,7 @@ def run_gang(course: Course, referee: Referee, attempt: int
         while tracker.notices:
             referee.preemption(tracker.notices.pop(0))
         course.keep()
-    course.mark(f"gang {course.gang_no} ended")
+    course.marks.add(f"gang {course.gang_no} ended")
     if outcome.cause != Cause.REGROUP:  # a gang given back is told once, with when it asks again
         say(f"{outcome.state}: {outcome.message}", "driver")
     store.put(kvmod.PHASE, "stopping")
@@ -663,7 +660,7 @@ def run_gang(course: Course, referee: Referee, attempt: int
             and not regroups(outcome, rec, referee.published) and not preempted(rec) \
             and not (rec is not None and rec.memory_mb):
         # settled: YARN cannot say otherwise
-        course.mark(f"gang {course.gang_no + 1} asked")
+        course.marks.add(f"gang {course.gang_no + 1} asked")
         _request(gang, course.gang_no + 1, attempt + 1, course.memory)
     snap = stop_everything(spec, scoped, outcome, referee.gone, tracker)
     tracker.feed.close()
@@ -719,8 +716,7 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
         _trap_signals(life)
     course = Course(spec, store, gang, life, advertise_host,
                     Contention(spec.yarn.gang_patience_s), am=(am.number, am.of),
-                    am_host=am.host, keeper=Keeper(am.keep) if am.keep else None,
-                    marks=Marks(store))
+                    am_host=am.host, keeper=Keeper(am.keep) if am.keep else None)
     attempt = 0
     store.expect_all()  # first: the one watch every gang's feed and wait shares
     store.put(kvmod.JOB, spec.shown().to_json())  # skein's key-value page shows the store
@@ -769,7 +765,7 @@ def finish(course: Course, outcome: Outcome, tasks: Mapping[str, TaskEnd]) -> Ou
     final = replace(outcome, message=final_message(spec, outcome, earlier), tasks=tasks,
                     attempts=tuple(earlier),
                     goodput=goodput(course.spans, time.time() - course.began))
-    course.mark("verdict")
+    course.marks.add("verdict")
     store.expect([kvmod.ACK])  # before the status: a watching client acknowledges at once
     store.put(kvmod.STATUS, final.to_json())
     if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
