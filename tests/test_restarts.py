@@ -52,10 +52,11 @@ def test_the_kept_page_says_where_each_gangs_time_went(el_submit, tmp_path):
         steps = [f"gang {gang} {w}" for w in ("launchers started", "registered",
                                               "cluster spec read", "user code started")]
         assert [at[s] for s in steps] == sorted(at[s] for s in steps), view.milestones
-        assert at[f"gang {gang} asked"] <= at[f"gang {gang} registered"]
-        assert at[f"gang {gang} user code started"] <= at[f"gang {gang} ended"]
-    assert at["driver"] <= at["gang 0 asked"]
+    # (locally gang 0's launchers start with the driver, not when it asks; and its last
+    # task may start its code after worker:1's death ended the gang: no order there)
+    assert at["driver"] <= at["gang 0 asked"] <= at["gang 0 cluster spec read"]
     assert at["gang 0 ended"] <= at["gang 1 asked"] <= at["gang 1 launchers started"]
+    assert at["gang 1 user code started"] <= at["gang 1 ended"]
     assert at["gang 1 ended"] <= at["verdict"] <= view.ended
 
 

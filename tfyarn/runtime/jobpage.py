@@ -51,15 +51,16 @@ def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
               "elapsed": elapsed_words(time.time() - started), "attempt": attempt,
               "attempts": spec.attempts, "rows": rows, "earlier": said,
               "tensorboard": tensorboard, "user": user, "queue": spec.yarn.queue or "",
-              "started": started, "view_acls": spec.yarn.view_acls,
-              "milestones": taskstate.milestones(store, len(spec.tasks()))}
+              "started": started, "view_acls": spec.yarn.view_acls}
     if raw_status is None:
         phase = store.get(kvmod.PHASE) or "starting"
         return JobView(state="RUNNING", message=hide(phase), **common)
     out = Outcome.from_json(raw_status, kvmod.STATUS)
     return JobView(state=out.state, message=hide(out.message), failing=out.task,
                    tail=hide.lines(out.tail), refresh=False,
-                   goodput=tuple(goodput_lines(out.goodput) if out.goodput else ()), **common)
+                   goodput=tuple(goodput_lines(out.goodput) if out.goodput else ()),
+                   milestones=taskstate.milestones(store, len(spec.tasks())),  # kept, once
+                   **common)
 
 
 def render(v: JobView) -> str:
