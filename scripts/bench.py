@@ -67,6 +67,7 @@ moves a figure updates it, so the next regression shows against it.
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import math
 import os
@@ -495,7 +496,8 @@ def launch_pair(n: int = TASKS) -> tuple[float, float, float]:
             times.append(time.perf_counter() - t0)
             ended = time.time()
             assert len(os.listdir(stamps)) == n
-            status = [os.path.join(tmp, d, "kv", "status") for d in os.listdir(tmp)]
+            # job dirs are TMPDIR/tfyarn-UID/JOB_ID (docs/security.md G1)
+            status = glob.glob(os.path.join(tmp, "tfyarn-*", "*", "kv", "status"))
             if status:
                 after_verdict = ended - os.stat(status[0]).st_mtime
     return times[0], times[1], after_verdict
