@@ -1,6 +1,7 @@
 """The `el_submit` console script's first step: `el_submit --help` (or `-h`) prints the
 help kept by `cli.helpcache` when there is one; anything else, or a help not rendered
-yet, goes to the CLI (`cli.main`). Must import nothing beyond `sys` and `helpcache`.
+yet, goes to the CLI (`cli.main`). Must not import anything beyond `sys` and `helpcache`
+before it knows the help is kept (click and the flag table are what it saves).
 """
 
 from __future__ import annotations

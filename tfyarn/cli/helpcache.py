@@ -6,7 +6,8 @@ keeps what it renders).
 The file is read only when it is the user's own and nobody else may write it, in a 0700
 dir; its name carries a fingerprint of tfyarn's files (inode, size, mtime), so an edit
 or an upgrade renders anew (click's own upgrade does not: its rendering has been stable
-across its 8.x releases). Must import nothing beyond `os`.
+across its 8.x releases). Must not import anything beyond `os`, nor keep anything but the
+help text.
 """
 
 from __future__ import annotations
