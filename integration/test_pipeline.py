@@ -60,7 +60,7 @@ def adult_fnlwgt() -> int:
 
 def one_program_census(apps, fault, restarted: str) -> None:
     """The one-program census (pl_submit: Spark writes while two MWMS workers read), with
-    `fault(app_id)` once worker:1 saved its first checkpoint; the training job restarts
+    `fault(app_id)` once both workers saved their first checkpoint; the training job restarts
     (`restarted`: el_submit's words) and resumes; every row is trained on once across
     the workers, none twice, none lost; the model is exported; nothing is left."""
     from conftest import node_processes, wait_until
@@ -75,8 +75,11 @@ def one_program_census(apps, fault, restarted: str) -> None:
     app_id = proc.stdout.readline().strip()
     assert APP_ID.match(app_id), proc.communicate(timeout=60)[1][-5000:]
     apps.append(app_id)
-    wait_until(lambda: hdfs_exists(f"{ckpt}/worker-1/checkpoint"), 600,
-               "worker:1's first checkpoint")
+    # both workers' first checkpoint: the job resumes from the newest step every worker
+    # saved, and worker:0 may still be writing its own as worker:1's appears (a fault
+    # then finds nothing to resume from and the job rightly starts over)
+    wait_until(lambda: all(hdfs_exists(f"{ckpt}/worker-{i}/checkpoint") for i in (0, 1)),
+               600, "both workers' first checkpoint")
     fault(app_id)
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 0, err[-5000:]
