@@ -83,19 +83,27 @@ def aggregation_done(app_id: str) -> bool:
     return status is None or status.group(1) in ("SUCCEEDED", "FAILED", "TIME_OUT", "DISABLED")
 
 
-def aggregated_logs(app_id: str, task: str | None = None, wait_s: float = 90) -> str:
-    """tfyarn logs, once YARN says aggregation is done; retried while it catches up."""
+def tfyarn_logs(app_id: str, task: str | None = None,
+                wait_s: float = 90) -> subprocess.CompletedProcess:
+    """tfyarn logs (which waits, bounded, until YARN says every node uploaded the ended
+    application's logs: a second wait here only doubled it where a node was lost and
+    never uploads); retried while the application is still ending."""
     cmd = [sys.executable, "-m", "tfyarn", "logs", app_id] + (["--task", task] if task else [])
     deadline = time.monotonic() + wait_s
-    while not aggregation_done(app_id) and time.monotonic() < deadline:
-        time.sleep(2)
     while True:
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode == 0 and out.stdout.strip() and "is running" not in out.stdout:
-            return out.stdout
+            return out
         if time.monotonic() > deadline:
-            return out.stdout + out.stderr
+            return out
         time.sleep(3)
+
+
+def aggregated_logs(app_id: str, task: str | None = None, wait_s: float = 90) -> str:
+    """tfyarn logs' output (with its words on stderr where it failed)."""
+    out = tfyarn_logs(app_id, task, wait_s)
+    ok = out.returncode == 0 and out.stdout.strip() and "is running" not in out.stdout
+    return out.stdout if ok else out.stdout + out.stderr
 
 
 @pytest.fixture
