@@ -169,13 +169,22 @@ class YarnBackend(_Backend):
 
     def _aggregated(self) -> None:
         """Until YARN says every node uploaded the ended application's logs (each
-        NodeManager uploads its own, seconds after the end), bounded."""
+        NodeManager uploads its own, seconds after the end), bounded: a node lost while
+        the job ran never uploads, so the wait is said, and what YARN has is shown."""
         deadline = time.monotonic() + AGGREGATION_WAIT_S
+        waited = False
         while time.monotonic() < deadline:
             rep = rest_report(self.id, self.opts)
             if rep is None or (rep.log_aggregation or "SUCCEEDED") in AGGREGATED:
                 return
+            if not waited:
+                say(f"YARN is still aggregating {self.id}'s logs (each node uploads its own);"
+                    f" waiting up to {AGGREGATION_WAIT_S:.0f} s")
+                waited = True
             time.sleep(LIVE_LOG_POLL_S)
+        say(f"YARN has not aggregated every node's logs of {self.id} (a node lost while the "
+            f"job ran never uploads its own): here is what it has; any rest later: tfyarn "
+            f"logs {self.id}")
 
     def _live_lines(self, task: str | None, once: bool = False) -> Iterator[str]:
         """As `tfyarn logs APP --follow`: every line once, until the application ended
