@@ -290,12 +290,13 @@ def test_job_page_through_the_rm_proxy_with_spnego(tmp_path):
                              "1", "-wn", "1", *SMALL, "--python", sys.executable, "-c",
                              "sleep 600"], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    page = None
+    page, training = None, False
     assert proc.stderr is not None
     for line in proc.stderr:
         if line.startswith("tfyarn: job page: "):
             page = line.split(": ", 2)[2].strip()
-        if page and "training" in line:
+        training = training or "training" in line  # said before the page's URL or after
+        if page and training:
             break
     app_id = (proc.stdout.readline() if proc.stdout else "").strip()
     try:

@@ -694,13 +694,14 @@ def test_job_page_through_the_resourcemanager_proxy(tmp_path, apps):
 
     proc, app_id = _submit_in_background(tmp_path, apps, "-t", "tensorflow-ps", "-pn", "1",
                                          "-wn", "2", *SMALL, "-c", "sleep 600")
-    page, tracking, deadline = None, None, time.monotonic() + 300
+    page, tracking, training, deadline = None, None, False, time.monotonic() + 300
     for line in proc.stderr:
         if line.startswith("tfyarn: tracking URL: "):
             tracking = line.split(": ", 2)[2].strip()
         if line.startswith("tfyarn: job page: "):
             page = line.split(": ", 2)[2].strip()
-        if (page and "training" in line) or time.monotonic() > deadline:
+        training = training or "training" in line  # said before the page's URL or after
+        if (page and training) or time.monotonic() > deadline:
             break
     assert page and tracking, page
     with urllib.request.urlopen(as_owner(page), timeout=30) as resp:  # the view ACL's
@@ -1055,11 +1056,16 @@ def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit
     their own (each would be a JVM); `tfyarn skein-driver stop` ends it."""
     tfyarn = [sys.executable, "-m", "tfyarn"]
     started = subprocess.run([*tfyarn, "skein-driver", "start"], capture_output=True, text=True,
-                             timeout=300)
+                             timeout=300, env={**os.environ, "SKEIN_DRIVER_JAVA_OPTIONS":
+                                               "-Dtfyarn.test.user-option=1"})
     assert started.returncode == 0, started.stderr
     try:
         warm = _skein_drivers()
         assert len(warm) == 1, warm
+        with open(f"/proc/{warm[0]}/cmdline", "rb") as f:  # tfyarn's start-up options, and
+            argv = [x.decode() for x in f.read().split(b"\0")]  # the user's, skein's setting
+        assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC",
+                "-Dtfyarn.test.user-option=1"} <= set(argv), argv
         again = subprocess.run([*tfyarn, "skein-driver", "start"], capture_output=True, text=True,
                                timeout=300)
         assert again.returncode == 0 and "already running" in again.stderr, again.stderr

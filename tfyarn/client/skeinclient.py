@@ -181,14 +181,23 @@ class Yarn:
                                   "yarn node -list") from None
 
 
+# skein's driver is a small gRPC server, most often started for one submit: the client
+# compiler alone and the serial collector start it sooner, with less CPU
+DRIVER_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
+
+
 def _driver_options(driver_conf: str | None, java_options: Sequence[str]) -> list[str]:
-    """The JVM options of skein's driver. With `driver_conf`, its classpath too (`-cp`,
-    which wins over the CLASSPATH skein puts in the JVM's environment): that dir first,
-    skein's jar, then Hadoop's jars as `yarn classpath` names them for that dir. So the
-    JVM reads `driver_conf` while this process's own environment stays as it is (a
-    notebook's kernel submits to two clusters in turn)."""
+    """The JVM options of skein's driver: tfyarn's start-up ones, the user's
+    SKEIN_DRIVER_JAVA_OPTIONS (skein's own setting, which a list given to skein would
+    otherwise replace; later options win), then `java_options`. With `driver_conf`, its
+    classpath too (`-cp`, which wins over the CLASSPATH skein puts in the JVM's
+    environment): that dir first, skein's jar, then Hadoop's jars as `yarn classpath`
+    names them for that dir. So the JVM reads `driver_conf` while this process's own
+    environment stays as it is (a notebook's kernel submits to two clusters in turn)."""
+    java_options = [*DRIVER_JVM_OPTIONS,
+                    *os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", "").split(), *java_options]
     if driver_conf is None:
-        return list(java_options)
+        return java_options
     skein = tfyarns_skein()
 
     jar = os.path.join(os.path.dirname(skein.__file__), "java", "skein.jar")
