@@ -102,6 +102,10 @@ def one_program_census(apps, fault, restarted: str) -> None:
     lines = err.replace("\r", "\n")
     assert committed and int(committed[0]) < 24, committed
     assert lines.index("training job ") < lines.index("data train: sealed: "), err[-5000:]
+    # written: Spark's idle executors went back to YARN (after a lost node, the room the
+    # restarting gang needs), its driver kept for the removal below
+    assert re.search(r"data: written; Spark's \d+ executor\(s\) given back to YARN", err), \
+        err[-5000:]
     assert "model exported to hdfs://" in logs
     root = said(err, r"data: pre_train's train, test go to (\S+)")[0]
     assert not hdfs_exists(root)  # the run's datasets are removed

@@ -212,8 +212,13 @@ class _Run:
             raise self._spark_failed("no training job was submitted")
 
     def _wait(self, job: Any) -> Outcome:
-        """The training job's end; Spark's failure stops it, its failure stops Spark."""
+        """The training job's end; Spark's failure stops it, its failure stops Spark.
+        Once the data is written, Spark's executors go back to YARN."""
+        released = False
         while True:
+            if not released and not self.writer.is_alive() and not self.writer.reason:
+                released = True
+                self._release_executors()
             try:
                 return job.wait(PIPELINE_POLL_S if self.writer.is_alive() else None)
             except TimeoutError:
@@ -228,6 +233,28 @@ class _Run:
                         from failed
                 self.say(f"training failed; stopping Spark ({failed})")
                 raise
+
+    def _release_executors(self) -> None:
+        """pre_train's data is written: the Spark application this run started gives its
+        executors back to YARN (idle, they would hold a shared queue's room for the whole
+        training, and after a lost node the room a restarting gang waits for). Its
+        driver stays for the datasets' removal at the end. Not locally (local[*] has
+        none), nor for a session the user started."""
+        from py4j.protocol import Py4JError
+
+        if self.local or not self.ours or self.spark is None:
+            return
+        try:
+            context = self.spark.sparkContext._jsc.sc()
+            ids = context.getExecutorIds()
+            if ids.isEmpty():
+                return
+            count = ids.size()
+            context.killExecutors(ids)  # with no dynamic allocation: not replaced
+        except Py4JError as exc:
+            self.say(f"data: written; Spark kept its executors ({exc})")
+            return
+        self.say(f"data: written; Spark's {count} executor(s) given back to YARN")
 
     def _spark_failed(self, training: str) -> JobFailed:
         return JobFailed(f"Spark failed writing pre_train's data: {self.writer.reason}; "
