@@ -92,18 +92,20 @@ def tfyarn_logs(app_id: str, task: str | None = None,
     deadline = time.monotonic() + wait_s
     while True:
         out = subprocess.run(cmd, capture_output=True, text=True)
-        if out.returncode == 0 and out.stdout.strip() and "is running" not in out.stdout:
-            return out
-        if time.monotonic() > deadline:
+        if _logs_shown(out) or time.monotonic() > deadline:
             return out
         time.sleep(3)
+
+
+def _logs_shown(out: subprocess.CompletedProcess) -> bool:
+    """tfyarn logs showed an ended application's aggregated logs."""
+    return out.returncode == 0 and bool(out.stdout.strip()) and "is running" not in out.stdout
 
 
 def aggregated_logs(app_id: str, task: str | None = None, wait_s: float = 90) -> str:
     """tfyarn logs' output (with its words on stderr where it failed)."""
     out = tfyarn_logs(app_id, task, wait_s)
-    ok = out.returncode == 0 and out.stdout.strip() and "is running" not in out.stdout
-    return out.stdout if ok else out.stdout + out.stderr
+    return out.stdout if _logs_shown(out) else out.stdout + out.stderr
 
 
 @pytest.fixture
