@@ -118,6 +118,22 @@ def test_on_skein_0_8_2s_own_jar_no_node_is_ever_kept_out(hadoop_classpath, pypi
     assert out.returncode == 1 and out.stdout.startswith("NO KEEP-OUT"), out.stdout + out.stderr
 
 
+def test_two_outstanding_container_requests_never_share_a_priority(hadoop_classpath,
+                                                                     tmp_path):
+    """skein patch 0013: the AM matches a given container to its request by priority
+    alone; a shared one left a gang's third container asked for and never given."""
+    out = java_check("PriorityCheck", installed_jar(), hadoop_classpath, tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert out.stdout.startswith("ok: outstanding priorities"), out.stdout
+
+
+def test_on_skein_0_8_2s_own_jar_a_new_request_takes_an_outstanding_priority(
+        hadoop_classpath, pypi_jar, tmp_path):
+    out = java_check("PriorityCheck", pypi_jar, hadoop_classpath, tmp_path)
+    assert out.returncode == 1 and out.stdout.startswith("SHARED"), \
+        out.stdout + out.stderr[-3000:]
+
+
 def test_the_installed_skein_is_tfyarns_build_with_its_jar():
     skein = skeinlink.tfyarns_skein()
     assert skeinlink.TFYARNS_SKEIN in skein.__version__
