@@ -118,6 +118,11 @@ def test_detach_status_logs_kill(el_submit):
     logs = subprocess.run([*tfyarn, "logs", app_id], capture_output=True, text=True)
     assert logs.returncode == 0 and "containerlogs" in logs.stdout
     assert app_id in subprocess.run([*tfyarn, "ls"], capture_output=True, text=True).stdout
+    from proctable import carrying  # the AM's JVM runs with a short-lived JVM's options
+    am = [p.cmdline for p in carrying(f"SKEIN_APPLICATION_ID={app_id}")  # (skein patch 0014)
+          if "com.anaconda.skein.ApplicationMaster" in p.cmdline]
+    assert len(am) == 1 and {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= \
+        set(am[0].split()), am
     assert subprocess.run([*tfyarn, "kill", app_id], capture_output=True).returncode == 0
     assert final_state(app_id).endswith("/KILLED")
 
@@ -1025,6 +1030,8 @@ def test_the_client_leaves_the_process_environment_as_it_is(tmp_path):
             read = _conf_read(mine[0])
             assert os.path.realpath(os.path.join(read, "core-site.xml")) == os.path.realpath(
                 os.path.join(conf or os.environ["HADOOP_CONF_DIR"], "core-site.xml"))
+        # its JVM ended with the client (SIGKILLed, reaped): none of this process's is left
+        assert not [pid for pid in _skein_drivers() if _parent(pid) == os.getpid()]
         assert dict(os.environ) == env and sys.unraisablehook is hook
 
 
