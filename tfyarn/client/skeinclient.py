@@ -128,7 +128,15 @@ class Yarn:
         self.close()
 
     def close(self) -> None:
-        """Closes the channel; stops the driver where this call started its own."""
+        """Closes the channel; stops the driver where this call started its own, with
+        SIGKILL: every call to it has returned by now (a submit's uploads are closed
+        before it answers), and the JVM's orderly exit on its stdin's end (Hadoop's and
+        gRPC's shutdown hooks, with nothing left to do) cost 0.35 s of every cold
+        command's end. The warm driver is never stopped here."""
+        proc = getattr(self.raw, "_proc", None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
         self.raw.close()
 
     def submit(self, app_spec: Any, gpus: int) -> str:
@@ -216,7 +224,7 @@ def _client_class() -> Any:
 
     class Client(skein.Client):  # type: ignore[misc]
         def __del__(self) -> None:
-            if "_proc" in self.__dict__:
+            if hasattr(self, "_proc"):  # a slot of skein's: never in __dict__
                 super().__del__()
 
     return Client
