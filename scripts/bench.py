@@ -35,9 +35,10 @@
   idle cores while the tasks sleep (scheduler nanoseconds, not ticks); and
   idle_cores_256_tasks over 10 s of a settled 256-task job;
 - with --yarn (on the cluster HADOOP_CONF_DIR names, e.g. the sandbox): a trivial
-  el_submit job cold and with a warm skein driver (`tfyarn skein-driver start`) against bare skein
-  submitting a trivial app: seconds to the application id and to the client's exit, and
-  ratios; yarn_gang_restart_s: a worker's SIGKILL until every task of the new gang runs;
+  el_submit job cold and with a warm skein driver (`tfyarn skein-driver start`) against
+  bare skein (PyPI's 0.8.2 as shipped, whose wheel scripts/build-skein keeps) submitting a
+  trivial app: seconds to the application id and to the client's exit, and ratios;
+  yarn_gang_restart_s: a worker's SIGKILL until every task of the new gang runs;
   yarn_64_tasks_running_s: a 64-rank job (4 containers x 16) from el_submit's start
   until every rank runs; and `phases`, a table for each (printed on stderr too): every
   milestone's median offset and the phase that ends there, from the client's clock (the
@@ -543,11 +544,28 @@ with skein.Client() as client:
 """
 
 
-def _timed_submit(argv: list[str]) -> tuple[float, float, str, float]:
+def stock_skein(into: str) -> dict[str, str]:
+    """The environment that runs skein 0.8.2 as PyPI ships it (its wheel, which
+    scripts/build-skein keeps, unpacked into `into`): the anchor stays skein's own cost,
+    not one that tfyarn's AM patches (heartbeats, the verdict, the JVM's start) move too."""
+    import zipfile
+
+    cache = os.environ.get("TFYARN_WHEEL_CACHE", os.path.expanduser("~/.cache/tfyarn/wheels"))
+    wheel = Path(cache) / "skein-0.8.2-pypi" / "skein-0.8.2-py3-none-any.whl"
+    if not wheel.exists():
+        sys.exit(f"bench: {wheel} is missing: run scripts/build-skein (it keeps PyPI's wheel)")
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(into)
+    return {**os.environ, "PYTHONPATH": into}
+
+
+def _timed_submit(argv: list[str], env: dict[str, str] | None = None
+                  ) -> tuple[float, float, str, float]:
     """(seconds to the application id on stdout, seconds to the whole client's exit, the
     id, the wall clock at the client's start)."""
     t0, wall = time.perf_counter(), time.time()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env=env)
     app_id = proc.stdout.readline().strip()
     first = time.perf_counter() - t0
     proc.wait()
@@ -628,21 +646,25 @@ def print_phases(title: str, rows: list[list], file=sys.stderr) -> None:
 
 def yarn_rates(repeat: int) -> dict:
     """On the sandbox YARN, interleaved: a trivial el_submit job with and without the
-    warm skein driver against bare skein submitting and awaiting a trivial app; gang restart
+    warm skein driver against bare skein (PyPI's 0.8.2, `stock_skein`) submitting and
+    awaiting a trivial app; gang restart
     time (a worker's user process SIGKILLed to every task of the new gang running); and
     where each one's seconds went (phase tables: the milestones' medians)."""
     el = [sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", "1",
           "--python", sys.executable, "-c", "true"]
     tfyarn = [sys.executable, "-m", "tfyarn"]
     cold, warm, bare = [], [], []
-    for _ in range(repeat):
-        bare.append(_timed_submit([sys.executable, "-c", BARE_SKEIN]))
-        cold.append(_timed_submit(el))
-        subprocess.run([*tfyarn, "skein-driver", "start"], check=True, capture_output=True)
-        try:
-            warm.append(_timed_submit(el))
-        finally:
-            subprocess.run([*tfyarn, "skein-driver", "stop"], check=True, capture_output=True)
+    with tempfile.TemporaryDirectory(prefix="tfyarn-bench-skein-") as unpacked:
+        stock = stock_skein(unpacked)
+        for _ in range(repeat):
+            bare.append(_timed_submit([sys.executable, "-c", BARE_SKEIN], stock))
+            cold.append(_timed_submit(el))
+            subprocess.run([*tfyarn, "skein-driver", "start"], check=True, capture_output=True)
+            try:
+                warm.append(_timed_submit(el))
+            finally:
+                subprocess.run([*tfyarn, "skein-driver", "stop"], check=True,
+                               capture_output=True)
     med = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
            for name, runs in (("bare", bare), ("cold", cold), ("warm", warm))}
     out = {f"yarn_{name}_submit_to_id_s": round(v[0], 2) for name, v in med.items()}
