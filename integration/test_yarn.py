@@ -120,7 +120,7 @@ def test_detach_status_logs_kill(el_submit):
     assert app_id in subprocess.run([*tfyarn, "ls"], capture_output=True, text=True).stdout
     from proctable import carrying  # the AM's JVM runs with a short-lived JVM's options
     am = [p.cmdline for p in carrying(f"SKEIN_APPLICATION_ID={app_id}")  # (skein patch 0014)
-          if "com.anaconda.skein.ApplicationMaster" in p.cmdline]
+          if p.comm == "java" and "com.anaconda.skein.ApplicationMaster" in p.cmdline]
     assert len(am) == 1 and {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= \
         set(am[0].split()), am
     assert subprocess.run([*tfyarn, "kill", app_id], capture_output=True).returncode == 0
