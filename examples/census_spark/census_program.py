@@ -73,6 +73,7 @@ class Trainer:
         import keras
         import tensorflow as tf
 
+        print(f"tensorflow imported at {_now()}", flush=True)
         self.ctx, self.tf, self.cs = ctx, tf, cs
         cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
         self.workers = len(cluster.get("worker", [])) or 1
