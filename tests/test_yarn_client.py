@@ -297,6 +297,55 @@ def test_an_application_master_lost_with_its_node_is_named(monkeypatch):
     assert "tfyarn logs application_1_0006" in text
 
 
+def _aggregation_rm(app_id: str, page: str, lost: str):
+    """A stand-in RM serving captured answers: the application's log aggregation page and
+    the LOST nodes' list."""
+    import http.server
+
+    from conftest import reply, serve_locally
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            if self.path.startswith(f"/cluster/logaggregationstatus/{app_id}?"):
+                reply(self, 200, (NODES / page).read_bytes(), "text/html; charset=utf-8")
+            elif self.path.startswith("/ws/v1/cluster/nodes?") and "states=LOST" in self.path:
+                reply(self, 200, (NODES / lost).read_bytes())
+            else:
+                self.send_error(404)
+
+    return serve_locally(Handler)
+
+
+def test_logs_stop_waiting_for_a_lost_nodes_upload_and_only_for_that():
+    """After a node was lost mid-job, the RM's page lists it as still to upload, and
+    its LOST list names it (both captured on the 3-node sandbox): that upload never
+    comes. Pending on a node not lost, or none pending: nothing is given up."""
+    from tfyarn.client import rm
+
+    lost_app = (NODES / "killed-node-app").read_text().split()[0]
+    server = _aggregation_rm(lost_app, "rm-logaggregationstatus-node-lost.html",
+                             "rm-nodes-lost.json")
+    try:
+        client = rm.RestClient((f"http://127.0.0.1:{server.server_address[1]}",), "root")
+        by_node = client.aggregation_by_node(lost_app)
+        lost = client.lost_nodes()
+    finally:
+        server.shutdown()
+    killed = (NODES / "killed-node-app").read_text().split()[1]
+    pending = sorted(n for n, s in by_node.items() if s not in rm.AGGREGATED)
+    assert [n.rsplit(":", 1)[0] for n in pending] == [killed], by_node
+    assert rm.in_vain(by_node, lost) == pending
+    assert rm.in_vain(by_node, set()) == []  # the same node not (yet) lost: wait on
+    ended = rm.aggregation_by_node(
+        (NODES / "rm-logaggregationstatus-just-ended.html").read_text())
+    assert len(ended) == 3 and rm.in_vain(ended, lost) == []  # live nodes still to upload
+    uploaded = rm.aggregation_by_node(
+        (NODES / "rm-logaggregationstatus-all-uploaded.html").read_text())
+    none_lost = json.loads((NODES / "rm-nodes-lost-none.json").read_text())
+    assert uploaded == {} and rm.listed(none_lost, "nodes", "node") == []
+    assert rm.in_vain(uploaded, lost) == []
+
+
 class AwayClient(StandInClient):
     """A ResourceManager that restarts: the second report call hangs (as Hadoop's client
     retries) until el_submit has said that it is away."""

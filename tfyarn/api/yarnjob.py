@@ -17,7 +17,14 @@ from typing import Any
 
 from tfyarn.api.job import JobStatus, _Backend, _ended
 from tfyarn.client import appspec, common, rm
-from tfyarn.client.cluster import ClientOptions, app_store, rest_client, rest_report, yarn_client
+from tfyarn.client.cluster import (
+    ClientOptions,
+    app_store,
+    never_uploading,
+    rest_client,
+    rest_report,
+    yarn_client,
+)
 from tfyarn.client.common import live_tasks
 from tfyarn.client.interrupts import Interrupts
 from tfyarn.client.skeinclient import Yarn
@@ -46,7 +53,6 @@ from tfyarn.core.timing import (
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
 
-AGGREGATED = ("SUCCEEDED", "FAILED", "TIME_OUT", "DISABLED")  # not NOT_START: just ended
 PLACEHOLDER = JobSpec("attached", "standalone", (Role("worker", 1, Resources(1, 1)),), "-")
 
 
@@ -170,12 +176,19 @@ class YarnBackend(_Backend):
     def _aggregated(self) -> None:
         """Until YARN says every node uploaded the ended application's logs (each
         NodeManager uploads its own, seconds after the end), bounded: a node lost while
-        the job ran never uploads, so the wait is said, and what YARN has is shown."""
+        the job ran never uploads, so the wait is said, and what YARN has is shown: at
+        once when only nodes the RM lists LOST are left (`never_uploading`)."""
         deadline = time.monotonic() + AGGREGATION_WAIT_S
         waited = False
         while time.monotonic() < deadline:
             rep = rest_report(self.id, self.opts)
-            if rep is None or (rep.log_aggregation or "SUCCEEDED") in AGGREGATED:
+            if rep is None or (rep.log_aggregation or "SUCCEEDED") in rm.AGGREGATED:
+                return
+            lost = never_uploading(self.id, self.opts)
+            if lost:
+                say(f"YARN has {self.id}'s logs from every node but {', '.join(lost)}, lost "
+                    f"while the job ran (a lost node never uploads its own): here is what it "
+                    f"has")
                 return
             if not waited:
                 say(f"YARN is still aggregating {self.id}'s logs (each node uploads its own);"

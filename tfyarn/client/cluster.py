@@ -179,6 +179,20 @@ def rest_report(app_id: str, opts: ClientOptions) -> AppReport | None:
         return None
 
 
+def never_uploading(app_id: str, opts: ClientOptions) -> list[str]:
+    """The nodes YARN still waits for to upload an ended application's logs, when each is
+    one the RM lists LOST (`rm.in_vain`); [] while a live node is still at it, or where
+    REST cannot say."""
+    try:
+        client = rest_client(opts)
+        by_node = client.aggregation_by_node(app_id)
+        if all(status in rm.AGGREGATED for status in by_node.values()):
+            return []
+        return rm.in_vain(by_node, client.lost_nodes())
+    except (rm.Unavailable, rm.NotFound):
+        return []
+
+
 def app_store(client: Yarn, app_id: str) -> kvmod.SkeinKV | None:
     """The running application's key-value store, or None when it does not run."""
     app = client.connect(app_id)

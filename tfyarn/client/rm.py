@@ -2,7 +2,8 @@
 
 `tfyarn status` and `tfyarn ls` only read application reports; starting skein's Java
 driver for that costs seconds, one HTTP GET costs milliseconds. Owns: finding the RM's
-web address(es) in HADOOP_CONF_DIR (HA and HTTPS included) and reading reports. On a
+web address(es) in HADOOP_CONF_DIR (HA and HTTPS included) and reading reports, lost
+nodes, and each node's log aggregation (from the RM's web page: no REST call has it). On a
 Kerberized cluster an RM that answers 401 `Negotiate` is asked again with a SPNEGO token
 (`hdfs.spnego`) of the client's login. Raises `Unavailable` where REST cannot serve (no
 configuration, no answer, no GSS-API library here), and the caller falls back to skein;
@@ -18,6 +19,7 @@ import urllib.error
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from typing import Any
 
 from tfyarn.core import capacity
@@ -26,7 +28,13 @@ from tfyarn.core.timing import REST_TIMEOUT_S
 from tfyarn.hdfs import spnego
 from tfyarn.hdfs.siteconf import expand, read_site
 
-__all__ = ["ACTIVE_STATES", "ALL_STATES", "NotFound", "RestClient", "Unavailable"]
+__all__ = ["ACTIVE_STATES", "AGGREGATED", "ALL_STATES", "NotFound", "RestClient", "Unavailable",
+           "aggregation_by_node", "in_vain"]
+
+
+# a node's (or the application's) log aggregation that will not change (not NOT_START: an
+# application just ended has not started it yet)
+AGGREGATED = ("SUCCEEDED", "FAILED", "TIME_OUT", "DISABLED")
 
 
 class Unavailable(Exception):
@@ -73,12 +81,16 @@ class RestClient:
         return cls(tuple(web_addresses(yarn_conf)), user, login)
 
     def get(self, path: str, params: Mapping[str, str] | None = None) -> Any:
+        """The REST API's answer at `ws/v1/cluster/PATH`, as JSON."""
+        return json.loads(self._fetch(f"ws/v1/cluster/{path}", params, "application/json"))
+
+    def _fetch(self, path: str, params: Mapping[str, str] | None, accept: str) -> str:
         query = urllib.parse.urlencode({**(params or {}), "user.name": self.user})
         last: Exception | None = None
         for base in self.bases:
-            url = f"{base}/ws/v1/cluster/{path}?{query}"
+            url = f"{base}/{path}?{query}"
             try:
-                return self._read(url)
+                return self._read(url, accept)
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:
                     raise NotFound(path) from None
@@ -89,12 +101,11 @@ class RestClient:
                 last = exc
         raise Unavailable(f"ResourceManager REST API did not answer: {last}")
 
-    def _read(self, url: str) -> Any:
-        """GET `url` as JSON; asked for SPNEGO (401 Negotiate), once more with a token."""
+    def _read(self, url: str, accept: str) -> str:
+        """GET `url`; asked for SPNEGO (401 Negotiate), once more with a token."""
         try:
-            with spnego.urlopen(url, {"Accept": "application/json"}, self.login,
-                                REST_TIMEOUT_S) as resp:
-                return json.loads(resp.read().decode("utf-8"))
+            with spnego.urlopen(url, {"Accept": accept}, self.login, REST_TIMEOUT_S) as resp:
+                return resp.read().decode("utf-8")
         except spnego.NegotiateUnavailable as exc:
             raise Unavailable(str(exc)) from None
 
@@ -107,10 +118,73 @@ class RestClient:
         scheduler does not say (another scheduler, no such queue)."""
         return max_allocation_mb(self.get("scheduler"), queue or "default")
 
+    def lost_nodes(self) -> set[str]:
+        """The nodes the RM counts as LOST (no heartbeat within its expiry), by node id."""
+        return {n["id"] for n in listed(self.get("nodes", {"states": "LOST"}), "nodes", "node")}
+
+    def aggregation_by_node(self, app_id: str) -> dict[str, str]:
+        """Each node's log aggregation status for an application, while any is pending
+        (`aggregation_by_node`, from the RM's own page)."""
+        return aggregation_by_node(self._fetch(f"cluster/logaggregationstatus/{app_id}", None,
+                                               "text/html"))
+
     def apps(self, tag: str, states: tuple[str, ...]) -> list[AppReport]:
         found = self.get("apps", {"applicationTags": tag, "states": ",".join(states)})
-        return [AppReport.from_rest(a) for a in ((found or {}).get("apps") or {}).get("app")
-                or []]
+        return [AppReport.from_rest(a) for a in listed(found, "apps", "app")]
+
+
+def listed(answer: Any, outer: str, inner: str) -> list[dict[str, Any]]:
+    """The items of a REST list answer (`{"nodes": {"node": [...]}}`): the RM sends null
+    for none and, from some calls, one item bare instead of a list of one."""
+    items = ((answer or {}).get(outer) or {}).get(inner) or []
+    return [items] if isinstance(items, dict) else list(items)
+
+
+class _AggregationTable(HTMLParser):
+    """The rows of the page's `LogAggregationStatus` table, each a list of its cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows: list[list[str]] = []
+        self._inside = self._cell = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self._inside = ("id", "LogAggregationStatus") in attrs
+        elif self._inside and tag == "tr":
+            self.rows.append([])
+        elif self._inside and tag == "td" and self.rows:
+            self.rows[-1].append("")
+            self._cell = True
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "td":
+            self._cell = False
+        elif tag == "table":
+            self._inside = False
+
+    def handle_data(self, data: str) -> None:
+        if self._cell:
+            self.rows[-1][-1] += data.strip()
+
+
+def aggregation_by_node(page: str) -> dict[str, str]:
+    """Node id -> its log aggregation status (NOT_START, RUNNING, SUCCEEDED...), from the
+    RM's `cluster/logaggregationstatus/APP` page: Hadoop 3.3's REST API gives only the
+    application's overall status, which stays RUNNING while one node never uploads (a
+    lost one). Its table lists the nodes still reporting (none once all have)."""
+    table = _AggregationTable()
+    table.feed(page)
+    return {row[0]: row[1] for row in table.rows if len(row) >= 2 and row[0]}
+
+
+def in_vain(by_node: Mapping[str, str], lost: set[str]) -> list[str]:
+    """The nodes still to upload (`aggregation_by_node`) when every one of them is lost:
+    a lost node never uploads, so waiting on is in vain (YARN itself waits out its
+    log-aggregation-status time-out, 10 minutes by default); [] while a live one is
+    still at it."""
+    pending = {node for node, status in by_node.items() if status not in AGGREGATED}
+    return sorted(pending) if pending and pending <= lost else []
 
 
 def max_allocation_mb(scheduler: Mapping[str, Any], queue: str) -> int | None:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from tfyarn.client import appspec, kerberos
-from tfyarn.client.cluster import ClientOptions, web_login
+from tfyarn.client.cluster import ClientOptions, never_uploading, web_login
 from tfyarn.client.livelogs import LiveLogs, http_get
 from tfyarn.client.skeinclient import NO_HADOOP, Yarn
 from tfyarn.core.errors import (
@@ -80,15 +80,20 @@ def yarn_logs(app_id: str, env: dict[str, str],
 def finish_live_logs(live: LiveLogs, app_id: str, opts: ClientOptions) -> None:
     """After the end: the rest of each followed container's output, from the aggregated
     logs (the NodeManager forgets an ended application's containers within seconds; YARN
-    aggregates their logs within seconds too). Bounded: says what to run when it gives up."""
-    deadline = time.monotonic() + AGGREGATION_WAIT_S
+    aggregates their logs within seconds too). Bounded: says what to run when it gives up;
+    at once when only lost nodes' uploads are left (`never_uploading`: they never come)."""
+    deadline, lost = time.monotonic() + AGGREGATION_WAIT_S, []
     with logs_env(opts) as env:
         while live.pending():
+            lost = never_uploading(app_id, opts)  # then the read below is the last one
             live.finish(yarn_logs(app_id, env, timeout=AGGREGATION_WAIT_S).stdout)
-            if not live.pending() or time.monotonic() > deadline:
+            if lost or not live.pending() or time.monotonic() > deadline:
                 break
             time.sleep(LIVE_LOG_POLL_S)
-    if live.pending():
+    if live.pending() and lost:
+        say(f"the rest of the output on {', '.join(lost)} is lost with the node (a lost "
+            f"node never uploads its logs); what YARN has: tfyarn logs {app_id}")
+    elif live.pending():
         say(f"some output is not aggregated yet; all of it later: tfyarn logs {app_id}")
 
 
