@@ -647,27 +647,30 @@ def print_phases(title: str, rows: list[list], file=sys.stderr) -> None:
 
 def yarn_rates(repeat: int) -> dict:
     """On the sandbox YARN, interleaved: a trivial el_submit job with and without the
-    warm skein driver against bare skein (PyPI's 0.8.2, `stock_skein`) submitting and
-    awaiting a trivial app; gang restart
+    warm skein driver (its second job: `warm`; the first a driver serves, which also loads
+    its classes: `warm_first`) against bare skein (PyPI's 0.8.2, `stock_skein`) submitting
+    and awaiting a trivial app; gang restart
     time (a worker's user process SIGKILLed to every task of the new gang running); and
     where each one's seconds went (phase tables: the milestones' medians)."""
     el = [sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", "1",
           "--python", sys.executable, "-c", "true"]
     tfyarn = [sys.executable, "-m", "tfyarn"]
-    cold, warm, bare = [], [], []
+    cold, warm, bare, first = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="tfyarn-bench-skein-") as unpacked:
         stock = stock_skein(unpacked)
         for _ in range(repeat):
             bare.append(_timed_submit([sys.executable, "-c", BARE_SKEIN], stock))
             cold.append(_timed_submit(el))
             subprocess.run([*tfyarn, "skein-driver", "start"], check=True, capture_output=True)
-            try:
+            try:  # a warm driver serves many submits; its first call also loads classes
+                first.append(_timed_submit(el))
                 warm.append(_timed_submit(el))
             finally:
                 subprocess.run([*tfyarn, "skein-driver", "stop"], check=True,
                                capture_output=True)
     med = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
-           for name, runs in (("bare", bare), ("cold", cold), ("warm", warm))}
+           for name, runs in (("bare", bare), ("cold", cold), ("warm", warm),
+                              ("warm_first", first))}
     out = {f"yarn_{name}_submit_to_id_s": round(v[0], 2) for name, v in med.items()}
     out.update({f"yarn_{name}_client_s": round(v[1], 2) for name, v in med.items()})
     out["yarn_warm_client_ratio"] = round(med["warm"][1] / med["bare"][1], 2)
