@@ -78,7 +78,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -825,11 +824,8 @@ def _pipeline_run(where: str, *extra: str) -> tuple[dict[str, float], str]:
            *extra]
     env = {**os.environ, "CENSUS_COPIES": str(PIPELINE_COPIES), "CENSUS_SHARDS": "24"}
     start = time.time()
-    proc = subprocess.Popen(cmd, cwd=program, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
-    out: list[str] = []
-    reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
-    reader.start()
+    proc = subprocess.Popen(cmd, cwd=program, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env)
     marks: dict[str, float] = {}
     app_id, tail = "", []
     for line in proc.stderr:
@@ -843,7 +839,6 @@ def _pipeline_run(where: str, *extra: str) -> tuple[dict[str, float], str]:
                 app_id = m.group(1)
     if proc.wait(timeout=1800) != 0:
         raise SystemExit(f"pl_submit failed: {''.join(tail)[-3000:]}")
-    reader.join()
     marks["pl_submit exit"] = time.time()
     return {name: at - start for name, at in marks.items()}, app_id
 
