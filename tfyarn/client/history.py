@@ -41,6 +41,7 @@ from tfyarn.core.errors import EnvironmentMissing, TfYarnError
 from tfyarn.core.jobspec import acl_admits
 from tfyarn.core.records import JobView, RecordError
 from tfyarn.core.timing import VIEWER_TTL_S
+from tfyarn.core.training import final_metrics
 from tfyarn.hdfs import spnego, webhdfs
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime.jobpage import STYLE, render
@@ -187,12 +188,14 @@ class Listed:
     link: str | None
     goodput: str = ""
     view_acls: tuple[str, ...] = ()  # who else may see it (kept pages; a running app's: ())
+    metric: str = ""  # the final metrics its tasks reported (kept pages)
 
 
 def listed(view: JobView) -> Listed:
     first = view.goodput[0].split(", by attempt")[0] if view.goodput else ""
     return Listed(view.job_id, view.name, view.app_type, view.user, view.state, view.started,
-                  view.ended, f"job/{urllib.parse.quote(view.job_id)}/", first, view.view_acls)
+                  view.ended, f"job/{urllib.parse.quote(view.job_id)}/", first, view.view_acls,
+                  final_metrics(view.training))
 
 
 @dataclass
@@ -346,14 +349,16 @@ def render_listing(rows: list[Listed], problems: list[str], now: float) -> str:
     lines = "".join(
         f'<tr class="job"><td>{_link(r)}</td><td>{e(r.name)}</td><td>{e(r.app_type)}</td>'
         f'<td>{e(r.user)}</td><td class="{e(r.state)}">{e(r.state)}</td>'
-        f"<td>{_when(r.started)}</td><td>{_took(r, now)}</td><td>{e(r.goodput)}</td></tr>"
+        f"<td>{_when(r.started)}</td><td>{_took(r, now)}</td><td>{e(r.goodput)}</td>"
+        f'<td class="metric">{e(r.metric)}</td></tr>'
         for r in rows)
     notes = "".join(f'<p class="problem">{e(p)}</p>' for p in problems)
     return ("<!doctype html><html><head><meta charset=utf-8><title>tfyarn history</title>"
             f"<style>{STYLE}</style></head><body><h1>tfyarn jobs</h1>{notes}"
             f"<p>{len(rows)} jobs, newest first</p><table id=jobs><tr><th>job</th>"
             "<th>name</th><th>type</th><th>user</th><th>state</th><th>started</th>"
-            f"<th>took</th><th>goodput</th></tr>{lines}</table></body></html>")
+            f"<th>took</th><th>goodput</th><th>final metrics</th></tr>{lines}</table>"
+            "</body></html>")
 
 
 def _link(r: Listed) -> str:

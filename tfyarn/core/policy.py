@@ -9,12 +9,13 @@ Long because every rule reads the same records; each kind of decision is a secti
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tfyarn.core.appreport import FinalStatus
 from tfyarn.core.errors import SIGNAL_BASE
@@ -27,6 +28,7 @@ from tfyarn.core.records import (
     StepReport,
     StepSamples,
     TaskEnd,
+    TaskSeries,
 )
 from tfyarn.core.tfconfig import Task, natural_name
 
@@ -548,17 +550,64 @@ def stall_outcome(stalled: Mapping[Task, tuple[int, float]], timeout_s: float) -
 # ---------------------------------------------------------------- goodput
 
 STEP_SAMPLES = 4096  # an attempt's step samples kept (halved when full: a week-long job)
+SERIES_POINTS = 2048  # an attempt's reports kept, all tasks together (halved per task)
+SERIES_TASK_POINTS = (32, 512)  # a task's share of them: at least, at most
+
+
+@dataclass
+class Series:
+    """One task's reports in one attempt, as they came (a heartbeat's), down-sampled:
+    when a task holds more than its share, every other one is dropped (the last kept),
+    so a week-long job's series stays as long as a minute's, evenly spread."""
+
+    times: list[float] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    metrics: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, r: StepReport, cap: int) -> bool:
+        """Whether `r` was new (not the same report read again)."""
+        at = round(r.time, 2)
+        if self.times and (r.step, at) == (self.steps[-1], self.times[-1]):
+            return False
+        n = len(self.times)
+        self.times.append(at)
+        self.steps.append(r.step)
+        for name in r.metrics.keys() - self.metrics.keys():
+            self.metrics[name] = [math.nan] * n
+        for name, values in self.metrics.items():
+            values.append(float(f"{r.metrics.get(name, math.nan):.6g}"))
+        if len(self.times) > cap:
+            self.times, self.steps = _halved(self.times), _halved(self.steps)
+            self.metrics = {k: _halved(v) for k, v in self.metrics.items()}
+        return True
+
+    def kept(self) -> TaskSeries:
+        return TaskSeries(tuple(self.times), tuple(self.steps),
+                          {k: tuple(v) for k, v in self.metrics.items()})
+
+    @classmethod
+    def of(cls, kept: TaskSeries) -> Series:
+        return cls(list(kept.times), list(kept.steps),
+                   {k: list(v) for k, v in kept.metrics.items()})
+
+
+def _halved(xs: list[Any]) -> list[Any]:
+    return [*xs[:-1:2], xs[-1]]
 
 
 @dataclass
 class StepLog:
     """An attempt's training steps over time, on the tasks' clocks: when its highest
     reported step moved (samples, from the first step any task reported), each task's
-    first reported step (where it resumed from) and its last rate."""
+    first reported step (where it resumed from), its last rate, its series of reports
+    (down-sampled: `Series`), and the steps the tasks said training runs."""
 
     samples: list[tuple[float, int]] = field(default_factory=list)
     firsts: dict[str, tuple[int, float]] = field(default_factory=dict)  # step, time
     rates: dict[str, float] = field(default_factory=dict)
+    series: dict[str, Series] = field(default_factory=dict)
+    total: int | None = None
+    news: int = 0  # new reports seen (whoever shows the log knows it changed)
 
     def observe(self, reports: Mapping[Task, StepReport]) -> None:
         """The tasks' latest reports; times are the tasks' own (the reports')."""
@@ -567,40 +616,50 @@ class StepLog:
         for task, r in reports.items():
             self.firsts.setdefault(str(task), (r.first, r.first_time))
             self.rates[str(task)] = r.rate
+            self.total = r.total if r.total is not None else self.total
+        share = SERIES_POINTS // max(1, len(self.firsts))
+        cap = min(max(share, SERIES_TASK_POINTS[0]), SERIES_TASK_POINTS[1])
+        for task, r in reports.items():
+            self.news += self.series.setdefault(str(task), Series()).add(r, cap)
         if not self.samples:
             self.samples.append(min(((at, step) for step, at in self.firsts.values())))
         top = max(reports.values(), key=lambda r: r.step)
         if top.step > self.samples[-1][1]:
             self.samples.append((top.time, top.step))
             if len(self.samples) > STEP_SAMPLES:
-                self.samples = [*self.samples[:-1:2], self.samples[-1]]
+                self.samples = _halved(self.samples)
 
     def reached(self, step: int) -> float | None:
         """When the attempt first reached `step` (None: it never did)."""
         return next((t for t, s in self.samples if s >= step), None)
 
     def kept(self) -> StepSamples:
-        """As kept for a later ApplicationMaster attempt (`CourseSoFar`)."""
+        """As kept for a later ApplicationMaster attempt (`CourseSoFar`) and in the
+        job's `Training`."""
         samples, firsts = list(self.samples), dict(self.firsts)  # copies: the loop adds
         return StepSamples(tuple(t for t, _ in samples), tuple(s for _, s in samples),
                            {k: s for k, (s, _) in firsts.items()},
-                           {k: t for k, (_, t) in firsts.items()}, dict(self.rates))
+                           {k: t for k, (_, t) in firsts.items()}, dict(self.rates),
+                           {k: v.kept() for k, v in list(self.series.items())}, self.total)
 
     @classmethod
     def of(cls, kept: StepSamples) -> StepLog:
         return cls(list(zip(kept.times, kept.steps, strict=True)),
                    {k: (s, kept.first_times.get(k, 0.0)) for k, s in kept.first_steps.items()},
-                   dict(kept.rates))
+                   dict(kept.rates), {k: Series.of(v) for k, v in kept.series.items()},
+                   kept.total)
 
 
-def attempt_time(attempt: int, start: float, end: float, outcome: Outcome,
+def attempt_time(attempt: int, start: float, end: float, outcome: Outcome | None,
                  log: StepLog) -> AttemptTime:
-    """One attempt's timing (its lost time is known once the next one resumed)."""
+    """One attempt's timing (its lost time is known once the next one resumed); without
+    an outcome, the running attempt's so far (state RUNNING)."""
+    state, cause = (outcome.state, outcome.cause) if outcome is not None else ("RUNNING", None)
     if not log.samples:
-        return AttemptTime(attempt, start, end, outcome.state, outcome.cause)
+        return AttemptTime(attempt, start, end, state, cause)
     first = min(step for step, _ in log.firsts.values())
     (first_at, _), (last_at, last) = log.samples[0], log.samples[-1]
-    return AttemptTime(attempt, start, end, outcome.state, outcome.cause, first, last,
+    return AttemptTime(attempt, start, end, state, cause, first, last,
                        first_at, last_at, 0.0, dict(log.rates))
 
 

@@ -163,7 +163,8 @@ NEVER_REPORTED = TaskEnd(None, "never reported")
 class StepReport(Record):
     """`steps/<t>`: the task's last reported training step (`tfyarn.progress`), when
     (its host's clock), steps/s since its previous report, its numbers (loss, ...), and
-    the first step its process reported, when."""
+    the first step its process reported, when, and the steps it said training runs
+    (`progress(step, total=)`, for an ETA)."""
 
     step: int
     time: float
@@ -171,6 +172,8 @@ class StepReport(Record):
     metrics: Mapping[str, float] = field(default_factory=dict)
     first: int = 0  # the process's first reported step (where it resumed from)
     first_time: float = 0.0  # and when
+    total: int | None = None
+    LATER = frozenset({"total"})
 
 
 @dataclass(frozen=True)
@@ -322,15 +325,30 @@ class PreemptionNotice(Record):
 
 
 @dataclass(frozen=True)
+class TaskSeries(Record):
+    """One task's reports in one attempt, down-sampled (`policy.StepLog`): when (the
+    task's clock), its step, and each metric it reported, aligned with `times` (NaN where
+    a report lacked it)."""
+
+    times: tuple[float, ...] = ()
+    steps: tuple[int, ...] = ()
+    metrics: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class StepSamples(Record):
     """An attempt's step log (`policy.StepLog`) as kept: when its highest step moved,
-    each task's first step and when, and each task's last rate."""
+    each task's first step and when, each task's last rate, each task's series of
+    reports, and the steps the tasks said training runs (`progress(total=)`)."""
 
     times: tuple[float, ...] = ()
     steps: tuple[int, ...] = ()
     first_steps: Mapping[str, int] = field(default_factory=dict)
     first_times: Mapping[str, float] = field(default_factory=dict)
     rates: Mapping[str, float] = field(default_factory=dict)
+    series: Mapping[str, TaskSeries] = field(default_factory=dict)
+    total: int | None = None
+    LATER = frozenset({"series", "total"})
 
 
 @dataclass(frozen=True)
@@ -369,6 +387,19 @@ class Goodput(Record):
         if self.useful_s is None or self.wall_s <= 0:
             return None
         return min(1.0, self.useful_s / self.wall_s)
+
+
+@dataclass(frozen=True)
+class Training(Record):
+    """`training`: the job's training so far, put by the driver as its tasks' steps move
+    and kept in its page: every attempt's timing (`goodput.attempts`, the running one
+    last, its end `now`, its state RUNNING) and step log (`logs`, aligned). What the job
+    page's plots, the history listing's final metric and `Job.metrics()` read."""
+
+    goodput: Goodput
+    logs: tuple[StepSamples, ...] = ()
+    began: float = 0.0  # the job's start, wall clock
+
 
 
 @dataclass(frozen=True)
@@ -464,5 +495,6 @@ class JobView(Record):
     ended: float | None = None
     view_acls: tuple[str, ...] = ()  # --view-acls: who else `tfyarn history` shows it to
     milestones: tuple[Milestone, ...] = ()  # where the job's time went, in order
+    training: Training | None = None  # steps, metrics and attempts, for the plots
 
-    LATER = frozenset({"view_acls", "milestones"})
+    LATER = frozenset({"view_acls", "milestones", "training"})

@@ -88,6 +88,8 @@ PREEMPTION_HOLD_S = 30.0  # a task told of YARN's preemption notice may hold tra
 PREEMPTION_HOLD_POLL_S = 0.2  # a training loop held at a notice looks again this often
 COURSE_KEEP_S = 30.0  # YARN: the driver keeps the job's course so far for a later AM attempt
 # this often (and at each attempt's start); a lost AM costs at most this much goodput record
+TRAINING_PUT_S = 5.0  # the driver puts the job's training (plots, Job.metrics()) at most this
+# often while steps move: a put of a few hundred KB at most, bounded by policy.SERIES_POINTS
 HISTORY_SAVE_S = 5.0  # keeping the final page (each WebHDFS call, and all of them: the
 # AM's exit never waits longer for it; YARN has the verdict before it starts)
 KEPT_PAGE_WAIT_S = HISTORY_SAVE_S + 5.0  # a job ended this recently may still be keeping

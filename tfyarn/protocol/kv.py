@@ -4,7 +4,7 @@ Two stores, same keys, same code path: a directory of files (local mode) and ske
 key-value store (YARN). Values are UTF-8 strings: plain text (an address, a reason) or
 a typed record of `tfyarn.core.records`, whose codec is the only one that writes them.
 
-Job keys (STATUS, PHASE, CLIENT, ACK, KILL, ATTEMPT, AM, MILESTONES) live at the top.
+Job keys (STATUS, PHASE, CLIENT, ACK, KILL, ATTEMPT, AM, MILESTONES, TRAINING) live at the top.
 Everything one gang of launchers writes or reads (CLUSTER, STOP, RANKS, task/...) lives
 under its gang's prefix (`gang/<g>/`, see `Scoped`), so a new gang never reads an
 address, an exit or a stop request of an earlier one. Gangs are numbered 0, 1, ... per
@@ -50,6 +50,7 @@ PREEMPTION = "skein:preemption"  # the RM's notice as skein's AM puts it (patch 
 NOTICED = "preemption_noticed"  # the RM's time of the last notice the driver acted on
 AM = "am"  # "N": put by the driver of ApplicationMaster attempt N > 1 (a lost AM resumed)
 MILESTONES = "milestones"  # records.Milestones: the driver's moments (its start, gangs, verdict)
+TRAINING = "training"  # records.Training: steps, metrics, attempts (the plots), put by the driver
 
 
 # One gang's task keys, a dir per kind (`addr/worker:1`): whoever waits on one kind is

@@ -74,6 +74,7 @@ from tfyarn.core.records import (
     RankTable,
     StepReport,
     TaskEnd,
+    Training,
 )
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
@@ -91,6 +92,7 @@ from tfyarn.core.timing import (
     STOP_REPORT_S,
     SYSTEM,
     TENSORBOARD_DONE_SLACK_S,
+    TRAINING_PUT_S,
     VERDICT_EXIT_S,
     Clock,
     heartbeat_s,
@@ -477,6 +479,8 @@ class Course:
     am_host: str = ""
     keeper: Keeper | None = None  # keeps the course for a later AM attempt (YARN)
     kept_at: float = -1e9
+    shown: tuple[int, int] = (-1, -1)  # the training last put: attempts timed, reports seen
+    shown_at: float = -1e9
     marks: Marks = field(init=False)  # the job's milestones, in the store
 
     def __post_init__(self) -> None:
@@ -497,6 +501,26 @@ class Course:
             return
         self.kept_at = time.monotonic()
         self.keeper.offer(self.so_far())
+
+    def training(self) -> Training:
+        """The job's training so far: every attempt timed (the running one to now) with
+        its step log, and the goodput they make."""
+        now, spans = time.time(), list(self.spans)
+        if not spans or spans[-1][0].attempt != self.attempt:  # the attempt runs
+            spans.append((attempt_time(self.attempt, self.attempt_began, now, None,
+                                       self.steps), self.steps))
+        return Training(goodput(spans, now - self.began), tuple(log.kept() for _, log in spans),
+                        self.began)
+
+    def show(self, now: bool = False) -> None:
+        """Put the training in the store for the page's plots and `Job.metrics()`: at
+        once (`now`: an attempt ended), else at most every TRAINING_PUT_S when a report
+        came."""
+        seen = (len(self.spans), self.steps.news)
+        if seen == self.shown or (not now and time.monotonic() - self.shown_at < TRAINING_PUT_S):
+            return
+        self.shown, self.shown_at = seen, time.monotonic()
+        self.store.put(kvmod.TRAINING, self.training().to_json())
 
     def resume(self, kept: CourseSoFar | None) -> Outcome:
         """A later ApplicationMaster attempt: the course the lost one kept (its attempts,
@@ -651,6 +675,7 @@ def run_gang(course: Course, referee: Referee, attempt: int
         while tracker.notices:
             referee.preemption(tracker.notices.pop(0))
         course.keep()
+        course.show()
     course.marks.add(f"gang {course.gang_no} ended")
     if outcome.cause != Cause.REGROUP:  # a gang given back is told once, with when it asks again
         say(f"{outcome.state}: {outcome.message}", "driver")
@@ -768,6 +793,7 @@ def finish(course: Course, outcome: Outcome, tasks: Mapping[str, TaskEnd]) -> Ou
     course.marks.add("verdict")
     store.expect([kvmod.ACK])  # before the status: a watching client acknowledges at once
     store.put(kvmod.STATUS, final.to_json())
+    course.show(now=True)  # after the verdict: the kept page and Job.metrics() read it
     if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
         store.wait(kvmod.ACK, timeout=ACK_WAIT_S)
     return final

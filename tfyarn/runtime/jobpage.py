@@ -6,7 +6,8 @@ links it through the ResourceManager's proxy, which applies YARN's view ACL; loc
 is served on 127.0.0.1 to its owner's secret and el_submit prints its URL. Every request
 reads the job's store afresh, so the page always says what the store says: job name, app
 type, state and elapsed time, each task's address, state, exit code or reason, attempt
-and log link, the failing task's stderr tail, earlier attempts, and TensorBoard's link.
+and log link, the failing task's stderr tail, earlier attempts, TensorBoard's link, and
+the plots of the training the driver put (`core.training`: metrics, steps/s, attempts).
 Links are relative, so the proxy path keeps working. Must not write to the store or
 decide anything: it shows what `taskstate` reads.
 """
@@ -23,9 +24,10 @@ from dataclasses import dataclass, field
 from tfyarn.core.errors import StoreGone
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import elapsed_words, goodput_lines
-from tfyarn.core.records import JobView, Outcome, TaskRow, TensorBoard
+from tfyarn.core.records import JobView, Outcome, TaskRow, TensorBoard, Training
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import PAGE_REFRESH_S
+from tfyarn.core.training import plots
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol import taskstate
 from tfyarn.system.serving import Serving, http_server, send, send_file, with_secret
@@ -33,7 +35,8 @@ from tfyarn.system.serving import Serving, http_server, send, send_file, with_se
 STYLE = """body{font-family:sans-serif;margin:1.5em;color:#222}
 table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
 th{background:#f3f3f3}.SUCCEEDED,.exited-0{color:#176117}.FAILED,.failed,.lost{color:#a11}
-.running{color:#1559b0}pre{background:#f6f6f6;padding:.6em;overflow-x:auto}"""
+.running{color:#1559b0}pre{background:#f6f6f6;padding:.6em;overflow-x:auto}
+figure{margin:.8em 0}figcaption{font-size:.9em;color:#555}"""
 
 
 def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
@@ -45,13 +48,15 @@ def read_view(spec: JobSpec, store: kvmod.KV, job_id: str, started: float,
     rows = tuple(TaskRow(str(s.task), s.addr or "-", s.state.value, hide(s.detail()),
                          logs(s.task), s.progress()) for s in states)
     raw_status, tb = store.get(kvmod.STATUS), store.get(kvmod.TENSORBOARD)
+    raw_training = store.get(kvmod.TRAINING)
+    training = Training.from_json(raw_training, kvmod.TRAINING) if raw_training else None
     tensorboard = TensorBoard.from_json(tb, kvmod.TENSORBOARD).url if tb else None
     said = hide.lines(a.words() for a in earlier)
     common = {"name": spec.name, "app_type": spec.app_type, "job_id": job_id,
               "elapsed": elapsed_words(time.time() - started), "attempt": attempt,
               "attempts": spec.attempts, "rows": rows, "earlier": said,
               "tensorboard": tensorboard, "user": user, "queue": spec.yarn.queue or "",
-              "started": started, "view_acls": spec.yarn.view_acls}
+              "started": started, "view_acls": spec.yarn.view_acls, "training": training}
     if raw_status is None:
         phase = store.get(kvmod.PHASE) or "starting"
         return JobView(state="RUNNING", message=hide(phase), **common)
@@ -89,6 +94,8 @@ def render(v: JobView) -> str:
     parts.append("<table id=tasks><tr><th>task</th><th>host:port</th><th>state</th>"
                  "<th>exit / reason</th><th>progress</th><th>attempt</th><th>log</th></tr>"
                  f"{rows}</table>")
+    if v.training is not None:
+        parts.append(plots(v.training))
     if v.goodput:
         parts.append("<h2>goodput</h2><ul id=goodput>"
                      + "".join(f"<li>{e(x)}</li>" for x in v.goodput) + "</ul>")

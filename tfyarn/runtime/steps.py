@@ -36,14 +36,15 @@ class _Reporter:
     map: mmap.mmap
     first: str = ""  # this process's first step and its time: where it resumed from
 
-    def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+    def write(self, step: int, total: int | None, metrics: Mapping[str, Any]) -> None:
         now = f"{int(step)}\t{time.time():.3f}"
         self.first = self.first or now
         numbers = json.dumps({k: float(v) for k, v in metrics.items() if _number(v)}) \
             if metrics else "{}"
-        line = f"{now}\t{self.first}\t{numbers}".encode()
+        of = "" if total is None else int(total)
+        line = f"{now}\t{self.first}\t{numbers}\t{of}".encode()
         if len(line) >= RECORD_BYTES:
-            line = f"{now}\t{self.first}\t{{}}".encode()
+            line = f"{now}\t{self.first}\t{{}}\t{of}".encode()
         self.map[:] = line.ljust(RECORD_BYTES - 1) + b"\n"
 
 
@@ -51,15 +52,16 @@ _reporter: _Reporter | None = None
 _opened = False
 
 
-def progress(step: int, **metrics: float) -> None:
+def progress(step: int, total: int | None = None, **metrics: float) -> None:
     """Report this task's training step (and numbers such as `loss=0.3`); call it every
-    step (a few microseconds). Outside a tfyarn task it does nothing."""
+    step (a few microseconds). `total`: the steps the training will run, for the ETA
+    el_submit and the job page show. Outside a tfyarn task it does nothing."""
     global _reporter, _opened
     if not _opened:
         _opened = True
         _reporter = _open(os.environ.get(ENV))
     if _reporter is not None:
-        _reporter.write(step, metrics)
+        _reporter.write(step, total, metrics)
 
 
 def _open(path: str | None) -> _Reporter | None:
@@ -97,7 +99,11 @@ def keras_callback() -> Any:
 
         def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
             self.step += 1
-            progress(self.step, **(logs or {}))  # what is not a number is left out there
+            numbers = {k: v for k, v in (logs or {}).items() if k != "total"}
+            params = self.params or {}
+            steps, epochs = params.get("steps"), params.get("epochs")
+            total = steps * epochs if steps and epochs else None  # fit's own plan: an ETA
+            progress(self.step, total, **numbers)  # what is not a number is left out there
 
     return ProgressCallback()
 
@@ -119,12 +125,13 @@ def read(path: str, before: StepReport | None) -> StepReport | None:
     except OSError:
         return None
     parts = raw.split("\t")
-    if len(parts) != 5:
+    if len(parts) != 6:
         return None  # never written, or caught mid-write: the next beat reads it
     try:
         step, at, first, first_at = int(parts[0]), float(parts[1]), int(parts[2]), \
             float(parts[3])
         metrics = json.loads(parts[4])
+        total = int(parts[5]) if parts[5] else None
     except ValueError:
         return None
     if before is not None and (step, at) == (before.step, before.time):
@@ -134,4 +141,4 @@ def read(path: str, before: StepReport | None) -> StepReport | None:
     rate = (step - step0) / (at - at0) if at > at0 and step >= step0 else \
         (before.rate if before is not None else 0.0)
     return StepReport(step, at, round(rate, 3), {k: float(v) for k, v in metrics.items()},
-                      first, first_at)
+                      first, first_at, total)
