@@ -251,8 +251,14 @@ def progress_reporter():
     try:
         from tfyarn import progress
     except ImportError:
-        return lambda step, **metrics: None
+        return lambda step, total=None, **metrics: None
     return progress
+
+
+def loss_of(loss) -> dict:
+    """`loss=` for tfyarn.progress (the job page plots it; `Job.metrics()` has it)."""
+    value = _value(loss)
+    return {} if value is None else {"loss": value}
 
 
 def make_step(strategy, model, optimizer, global_batch: int):
@@ -400,7 +406,7 @@ def train_here(args, enc, train, labels):
     for epoch in range(epochs.start, args.epochs):
         for i in range(epochs.first(epoch), n):
             loss = step(it)
-            report(epoch * n + i + 1)
+            report(epoch * n + i + 1, args.epochs * n, **loss_of(loss))
             epochs.notice(epoch * n + i + 1)
         epochs.done(epoch + 1, loss)
     return model, epochs
@@ -431,11 +437,12 @@ def train_ps(args, enc, train, labels, resolver):
     for epoch in range(epochs.start, args.epochs):
         for i in range(epochs.first(epoch), n):
             loss = coordinator.schedule(step, args=(it,))
-            report(epoch * n + i + 1)  # scheduled: the chief's view
+            report(epoch * n + i + 1, args.epochs * n)  # scheduled: the chief's view
             if preempting():  # what was scheduled is done first: then the save holds it
                 coordinator.join()
                 epochs.notice(epoch * n + i + 1)
         coordinator.join()
+        report((epoch + 1) * n, args.epochs * n, **loss_of(loss))  # the epoch's last loss
         epochs.done(epoch + 1, loss)
     return model, epochs
 
@@ -468,7 +475,7 @@ def train_mwms(args, enc, train, labels):
     for epoch in range(epochs.start, args.epochs):
         for i in range(epochs.first(epoch), n):
             loss = step(it)
-            report(epoch * n + i + 1)
+            report(epoch * n + i + 1, args.epochs * n, **loss_of(loss))
         epochs.done(epoch + 1, loss)
     return model, epochs
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tfyarn.core.appreport import FinalStatus
 from tfyarn.core.errors import (
@@ -36,7 +36,7 @@ from tfyarn.core.errors import (
     TfYarnError,
 )
 from tfyarn.core.jobspec import JobSpec
-from tfyarn.core.records import Outcome, TensorBoard
+from tfyarn.core.records import Outcome, RecordError, TensorBoard, Training
 from tfyarn.core.settings import Settings
 from tfyarn.core.tfconfig import Task
 from tfyarn.core.timing import ATTACHED_POLL_S, ATTACHED_STOP_WAIT_S
@@ -45,6 +45,7 @@ from tfyarn.protocol import taskstate
 
 if TYPE_CHECKING:
     from tfyarn.client.jobdir import JobDir
+    from tfyarn.client.liveline import LiveLine
 
 LOCAL_PREFIX = "local_"
 GONE = Outcome(FinalStatus.SUCCEEDED, "ended: its client removed the job dir, as it does after a "
@@ -76,6 +77,7 @@ class Job:
     def __init__(self, backend: _Backend) -> None:
         self._backend = backend
         self._detached = False
+        self._training: Training | None = None  # the last read (the store goes with the job)
 
     @property
     def id(self) -> str:
@@ -105,11 +107,18 @@ class Job:
             _task(task)
         return self._backend.log_urls(task)
 
-    def wait(self, timeout: float | None = None) -> Outcome:
+    def wait(self, timeout: float | None = None, progress: bool = False) -> Outcome:
         """The outcome once the job ended successfully; JobFailed (with the exit code the
-        CLI would give) when it failed or was killed; TimeoutError after `timeout` s."""
+        CLI would give) when it failed or was killed; TimeoutError after `timeout` s.
+        `progress`: show el_submit's live line on training meanwhile (in a notebook, one
+        output updated in place; on a terminal, in place on stderr; else plain lines)."""
+        line = None
+        if progress:
+            from tfyarn.client.liveline import LiveLine
+
+            line = LiveLine.in_cell() or LiveLine.on(sys.stderr, Settings.from_environ())
         try:
-            return self._backend.wait(timeout)
+            return self._backend.wait(timeout, line)
         except KeyboardInterrupt:
             self._backend.stop("interrupted (KeyboardInterrupt in Job.wait)")
             raise
@@ -122,6 +131,28 @@ class Job:
         if task is not None:
             _task(task)
         return self._backend.logs(task, follow)
+
+    def training(self) -> Training | None:
+        """The job's training as the driver last put it (each attempt's timing, each
+        task's down-sampled steps and metrics): from the job's store while it is there,
+        then from the page kept for `tfyarn history`; None before any."""
+        raw = self._backend.key(kvmod.TRAINING)
+        if raw is not None:
+            self._training = Training.from_json(raw, kvmod.TRAINING)
+        elif self._backend.status().done:
+            self._training = self._backend.kept_training() or self._training
+        return self._training
+
+    def metrics(self) -> list[dict[str, Any]]:
+        """The tasks' reported steps and metrics (`tfyarn.progress(step, loss=...)`) as
+        rows for your own plots: task, attempt (0-based), step, time (epoch seconds,
+        the task's clock) and each metric it reported, e.g.
+        `pandas.DataFrame(job.metrics())`. Down-sampled evenly over a long job (at most
+        policy.SERIES_TASK_MAX rows per task and attempt); the first 16 tasks."""
+        from tfyarn.core.training import metric_rows
+
+        t = self.training()
+        return metric_rows(t) if t is not None else []
 
     def kill(self, reason: str = "killed through the Python API (Job.kill)") -> str:
         """Stop every task (orderly first, as el_submit's Ctrl-C) and wait for the end;
@@ -176,8 +207,11 @@ class Job:
                        for s in self.tasks())
         table = f"<table><tr><th>task</th><th>address</th><th>state</th><th></th></tr>{rows}" \
                 "</table>" if rows else ""
+        from tfyarn.core.training import plots
+
+        t = self.training()
         return (f"<div><b>{e(self.id)}</b>: {e(st.state)} / {e(st.final_status)}{links}"
-                f"{table}</div>")
+                f"{table}{plots(t) if t is not None else ''}</div>")
 
 
 class _Backend:
@@ -193,7 +227,11 @@ class _Backend:
 
     def log_urls(self, task: str | None) -> list[tuple[str, str]]: ...
 
-    def wait(self, timeout: float | None) -> Outcome: ...
+    def wait(self, timeout: float | None, line: LiveLine | None = None) -> Outcome: ...
+
+    def kept_training(self) -> Training | None:
+        """The training in the job's kept page (`tfyarn history`), once it ended."""
+        return None
 
     def logs(self, task: str | None, follow: bool) -> Iterator[str]: ...
 
@@ -231,9 +269,12 @@ class _Local(_Backend):
     handle reads its job dir (store, logs) and its client's stderr (progress)."""
 
     def __init__(self, job_id: str, root: str, client: subprocess.Popen | None,
-                 progress: str | None, keep: bool, model: str | None = None) -> None:
+                 progress: str | None, keep: bool, model: str | None = None,
+                 history: str = "") -> None:
         self.id, self.root, self.client = job_id, root, client
         self.progress, self.keep = progress, keep
+        self.history = history  # where its page is kept (Settings.local_history)
+        self.attempts: int | None = None  # the spec's (read once, for the live line)
         self.model = model  # --model-dir, if given (else the job dir's model/)
         self.shown = 0  # bytes of the client's progress already shown
         self.outcome: Outcome | None = None
@@ -265,7 +306,8 @@ class _Local(_Backend):
                 client.returncode, TfYarnError)
             raise error(said.removeprefix("Error: ") or
                         f"the local job did not start (exit code {client.returncode})")
-        return cls(job_id, root, client, progress, settings.keep_job_dir, spec.model_dir)
+        return cls(job_id, root, client, progress, settings.keep_job_dir, spec.model_dir,
+                   settings.local_history())
 
     @classmethod
     def attach(cls, job_id: str, settings: Settings) -> _Local:
@@ -280,7 +322,7 @@ class _Local(_Backend):
         model = None
         with contextlib.suppress(OSError), open(JobDir(root).job_json, encoding="utf-8") as f:
             model = JobSpec.from_json(f.read()).model_dir  # gone: the default dir
-        return cls(job_id, root, None, None, True, model)
+        return cls(job_id, root, None, None, True, model, settings.local_history())
 
     def model_dir(self) -> str:
         from tfyarn.client.jobdir import JobDir
@@ -348,10 +390,21 @@ class _Local(_Backend):
             return taskstate.current(self.store)[2]
         return []
 
-    def wait(self, timeout: float | None) -> Outcome:
+    def wait(self, timeout: float | None, line: LiveLine | None = None) -> Outcome:
+        try:
+            return self._wait(timeout, line)
+        finally:
+            if line is not None:
+                line.end()
+
+    def _wait(self, timeout: float | None, line: LiveLine | None) -> Outcome:
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self._client_ended() or (self.client is None and self._outcome() is None):
-            self._show_progress()
+            self._show_progress(line)
+            if line is not None and os.path.isdir(self.root):
+                with contextlib.suppress(OSError, RecordError):
+                    wanted = kvmod.wanted(self.store)
+                    line.look(self.store, wanted.gang, wanted.attempt, self._attempts())
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"{self.id} still runs after {timeout:g} s")
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -359,9 +412,22 @@ class _Local(_Backend):
                     self.client.wait(ATTACHED_POLL_S)
                 else:
                     time.sleep(ATTACHED_POLL_S)
-        self._show_progress()
+        self._show_progress(line)
         self.close()  # the client's progress is all shown
         return self._result()
+
+    def _attempts(self) -> int:
+        if self.attempts is None:
+            self.attempts = self._job_files()[1].attempts
+        return self.attempts
+
+    def kept_training(self) -> Training | None:
+        from tfyarn.client.history import LocalShelf
+
+        with contextlib.suppress(RecordError, OSError):
+            view = LocalShelf(self.history, mine=True).read(self.id)
+            return view.training if view is not None else None
+        return None
 
     def _result(self) -> Outcome:
         out = self._outcome()
@@ -376,15 +442,18 @@ class _Local(_Backend):
             JobDir(self.root).remove()
         return _ended(out, f"job {self.id}", f"full logs: {logs}")
 
-    def _show_progress(self) -> None:
-        """The background client's progress lines, on this process's stderr."""
+    def _show_progress(self, line: LiveLine | None = None) -> None:
+        """The background client's progress lines, on this process's stderr (above the
+        live line, if one is shown)."""
         if self.progress is None:
             return
         with contextlib.suppress(OSError), open(self.progress, "rb") as f:
             f.seek(self.shown)
             data = f.read()
             self.shown += len(data)
-            if data:
+            if data and line is not None:
+                line.print_above(data.decode(errors="replace"))
+            elif data:
                 sys.stderr.write(data.decode(errors="replace"))
                 sys.stderr.flush()
 

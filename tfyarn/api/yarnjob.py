@@ -27,6 +27,7 @@ from tfyarn.client.cluster import (
 )
 from tfyarn.client.common import live_tasks
 from tfyarn.client.interrupts import Interrupts
+from tfyarn.client.liveline import LiveLine
 from tfyarn.client.skeinclient import Yarn
 from tfyarn.client.watch import (
     Reports,
@@ -36,12 +37,12 @@ from tfyarn.client.watch import (
     ride_through,
     stop_application,
 )
-from tfyarn.client.yarnhistory import kept_task_lines
+from tfyarn.client.yarnhistory import cluster_shelf, kept_task_lines
 from tfyarn.client.yarnlogs import aggregated_text, finish_live_logs, live_get, live_log_urls
 from tfyarn.core.appreport import ACTIVE_STATES, ALL_STATES, AppReport, FinalStatus, YarnState
-from tfyarn.core.errors import StoreGone
+from tfyarn.core.errors import EnvironmentMissing, StoreGone
 from tfyarn.core.jobspec import JobSpec, Resources, Role
-from tfyarn.core.records import Outcome
+from tfyarn.core.records import Outcome, Training
 from tfyarn.core.say import say
 from tfyarn.core.tfconfig import model_dir
 from tfyarn.core.timing import (
@@ -133,15 +134,21 @@ class YarnBackend(_Backend):
             return [] if store is None else taskstate.current(store)[2]
         return []
 
-    def wait(self, timeout: float | None) -> Outcome:
+    def wait(self, timeout: float | None, line: LiveLine | None = None) -> Outcome:
         until = None if timeout is None else time.monotonic() + timeout
         if self.outcome is None:
             watcher = Watcher(self.client, self.id, self._spec(until), Interrupts(),
-                              opts=self.opts)
+                              opts=self.opts, line=line)
             watcher.run(until)
             self.outcome = watcher.view.outcome or self.outcome or \
                 Outcome(FinalStatus.SUCCEEDED, "the application finished")
         return _ended(self.outcome, self.id, next_steps(self.id))
+
+    def kept_training(self) -> Training | None:
+        with contextlib.suppress(EnvironmentMissing):  # RecordError too: not one to show
+            view = cluster_shelf(self.opts).read(self.id)
+            return view.training if view is not None else None
+        return None
 
     def _spec(self, until: float | None) -> JobSpec:
         """The job's spec: a handle of `attach` reads what the driver published, once

@@ -168,9 +168,10 @@ def _warn_semantics(spec: Any, args: Any, local: bool) -> None:
 
 
 def _run_local(spec: Any, settings: Any, interrupts: Interrupts) -> int:
+    from tfyarn.client.liveline import LiveLine
     from tfyarn.client.local import LocalJob
 
-    LocalJob(spec, settings, interrupts).run()
+    LocalJob(spec, settings, interrupts, line=LiveLine.on(sys.stderr, settings)).run()
     return 0
 
 

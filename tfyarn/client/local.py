@@ -30,6 +30,7 @@ from tfyarn.client.jobdir import (
     stage,
     written_dir,
 )
+from tfyarn.client.liveline import LiveLine
 from tfyarn.client.localprocs import (
     Procs,
     Wake,
@@ -72,6 +73,7 @@ class LocalJob:
     job_id: str = field(default_factory=new_job_id)
     started: float = field(default_factory=time.monotonic)
     signals_before_linger: int | None = None  # a signal during the linger only ends it
+    line: LiveLine | None = None  # el_submit's live line on training (stderr)
     news: common.News = field(init=False)
 
     def __post_init__(self) -> None:
@@ -95,6 +97,7 @@ class LocalJob:
             common.emit_id(self.job_id)
             say(f"job {self.job_id}: {plural(len(self.spec.tasks()), 'task')}, dir {jd.root}")
             terminal = getattr(sys.stderr, "buffer", None)  # None when stderr is closed
+            terminal = self.line.above(terminal) if self.line is not None else terminal
             procs, wake = Procs(jd, docker=docker_options), None
             try:
                 start_all(self.spec, procs, env, self.interrupts, gpus, terminal)
@@ -102,6 +105,8 @@ class LocalJob:
                 self._supervise(procs, wake, lambda: start_launchers(self.spec, procs, env,
                                                                      self.interrupts, gpus))
             finally:
+                if self.line is not None:
+                    self.line.end()
                 for watching in (wake, procs.follower):  # freed in the background from now
                     if watching is not None:
                         watching.release()
@@ -130,6 +135,8 @@ class LocalJob:
             if escalation.asked_at is None and self._next_attempt(procs, store, relaunch):
                 wake.add(list(procs.launchers.values()))
             self.news.read(store)
+            if self.line is not None:
+                self.line.look(store, procs.gang, procs.attempt, self.spec.attempts)
             report_dead_launchers(procs, kvmod.Scoped(store, procs.gang), self.job_id,
                                   wake.wait(CLIENT_TICK_S))
         if procs.driver is not None and store.get(kvmod.STATUS) is None:

@@ -19,6 +19,7 @@ from typing import Any
 from tfyarn.client import appspec, common, rm
 from tfyarn.client.cluster import ClientOptions, app_store, rest_client, web_login
 from tfyarn.client.interrupts import Interrupts
+from tfyarn.client.liveline import LiveLine
 from tfyarn.client.livelogs import LiveLogs, http_get
 from tfyarn.client.skeinclient import Yarn, YarnUnreachable
 from tfyarn.client.yarnlogs import finish_live_logs, log_url
@@ -174,6 +175,7 @@ class StoreView:
     interact: bool = False  # -interact: relay every task's output
     login: Negotiator | None = None  # a Kerberized cluster's: the NodeManagers' SPNEGO
     explain: Callable[[kvmod.SkeinKV], str | None] | None = None  # why a gang waits
+    line: LiveLine | None = None  # the live line on training: -interact's output goes above
     news: common.News = field(init=False)
     registered: int = -1
     gang: int = 0
@@ -244,8 +246,10 @@ class StoreView:
         if not self.interact or (not final and time.monotonic() - self.relayed < LIVE_LOG_POLL_S):
             return
         self.relayed = time.monotonic()
-        self.live = self.live or LiveLogs(store.app, getattr(sys.stderr, "buffer", None),
-                                          get=functools.partial(http_get, login=self.login))
+        if self.live is None:
+            out = getattr(sys.stderr, "buffer", None)
+            self.live = LiveLogs(store.app, self.line.above(out) if self.line else out,
+                                 get=functools.partial(http_get, login=self.login))
         self.live.poll()
 
     def _log_link(self, store: kvmod.SkeinKV, task: Task) -> None:
@@ -276,17 +280,26 @@ class Watcher:
     end_poll_s: float = YARN_END_POLL_S  # ... once its final status is out
     away_s: float = RM_AWAY_S  # a report call unanswered this long: the RM is said away
     begun: float = field(default_factory=time.monotonic)
+    line: LiveLine | None = None  # the live line on training (el_submit's stderr, a cell)
     view: StoreView = field(init=False)
     reports: Reports = field(init=False)
 
     def __post_init__(self) -> None:
         self.view = StoreView(self.spec, self.interact, web_login(self.opts),
-                              functools.partial(gang_wait, self.spec, self.app_id, self.opts))
+                              functools.partial(gang_wait, self.spec, self.app_id, self.opts),
+                              self.line)
         self.reports = Reports(self.client, self.app_id, self.poll_s, self.away_s)
 
     def run(self, until: float | None = None) -> int:
         """Until the application ended (or `until`, on the monotonic clock: then
         TimeoutError, the application untouched)."""
+        try:
+            return self._follow(until)
+        finally:
+            if self.line is not None:
+                self.line.end()
+
+    def _follow(self, until: float | None) -> int:
         while True:
             if self.interrupts.count:
                 raise self._interrupted()
@@ -299,6 +312,10 @@ class Watcher:
                     return self._final(rep.final_status, rep.diagnostics)
                 if rep.state is YarnState.RUNNING:
                     self._progress()
+                    if self.line is not None and self.store is not None \
+                            and self.view.outcome is None:
+                        self.line.look(self.store, self.view.gang, self.view.news.attempt,
+                                       self.spec.attempts)
                     if self.view.outcome is not None and self.spec.tensorboard_linger_s:
                         return self._lingering()
                 elif not self.am_hosts and \
@@ -374,7 +391,8 @@ class Watcher:
         now = f" on {self.am_hosts[-1]}" if self.am_hosts else ""
         say(f"the ApplicationMaster was lost{lost}; YARN started its attempt {am}{now}: "
             "the job resumes")
-        self.view = StoreView(self.spec, self.interact, self.view.login, self.view.explain)
+        self.view = StoreView(self.spec, self.interact, self.view.login, self.view.explain,
+                              self.line)
 
     def _lingering(self) -> int:
         """The job ended but its application stays up for TensorBoard: the outcome is

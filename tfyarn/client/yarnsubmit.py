@@ -5,6 +5,7 @@ Must not write the process environment.
 
 from __future__ import annotations
 
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -13,6 +14,7 @@ from dataclasses import replace
 from tfyarn.client import appspec, common, rm, staging
 from tfyarn.client.cluster import ClientOptions, require_client, rest_client, web_login, yarn_client
 from tfyarn.client.interrupts import Interrupts
+from tfyarn.client.liveline import LiveLine
 from tfyarn.client.skeinclient import Yarn
 from tfyarn.client.watch import Watcher
 from tfyarn.core import capacity
@@ -33,7 +35,8 @@ def submit_and_watch(spec: JobSpec, opts: ClientOptions,
             say(f"submitted {app_id}; follow it with: tfyarn status {app_id} | tfyarn "
                 f"logs {app_id} | tfyarn kill {app_id}")
             return 0
-        return Watcher(client, app_id, spec, interrupts, interact=opts.interact, opts=opts).run()
+        return Watcher(client, app_id, spec, interrupts, interact=opts.interact, opts=opts,
+                       line=LiveLine.on(sys.stderr, opts.settings)).run()
 
 
 def with_site_acls(yarn: YarnOptions, defaults: appspec.ClusterDefaults) -> YarnOptions:

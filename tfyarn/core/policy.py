@@ -551,7 +551,11 @@ def stall_outcome(stalled: Mapping[Task, tuple[int, float]], timeout_s: float) -
 
 STEP_SAMPLES = 4096  # an attempt's step samples kept (halved when full: a week-long job)
 SERIES_POINTS = 2048  # an attempt's reports kept, all tasks together (halved per task)
-SERIES_TASK_POINTS = (32, 512)  # a task's share of them: at least, at most
+SERIES_TASKS = 16  # tasks whose reports are kept, the first in task order (a 2,000-task
+# job's page stays small; each task's last step and rate are kept for all)
+SERIES_TASK_MAX = 512  # a task's share of SERIES_POINTS, at most
+SHOWN_SAMPLES = 600  # an attempt's highest-step samples in the job's Training (its plots)
+SHOWN_ATTEMPTS = 8  # the last attempts whose series the Training holds (a page's bound)
 
 
 @dataclass
@@ -617,10 +621,14 @@ class StepLog:
             self.firsts.setdefault(str(task), (r.first, r.first_time))
             self.rates[str(task)] = r.rate
             self.total = r.total if r.total is not None else self.total
-        share = SERIES_POINTS // max(1, len(self.firsts))
-        cap = min(max(share, SERIES_TASK_POINTS[0]), SERIES_TASK_POINTS[1])
-        for task, r in reports.items():
-            self.news += self.series.setdefault(str(task), Series()).add(r, cap)
+        kept = sorted(self.firsts, key=natural_name)[:SERIES_TASKS]
+        cap = min(SERIES_POINTS // len(kept), SERIES_TASK_MAX)
+        named = {str(task): r for task, r in reports.items()}
+        for task in kept:
+            if (r := named.get(task)) is not None:
+                self.news += self.series.setdefault(task, Series()).add(r, cap)
+        for task in set(self.series) - set(kept):
+            del self.series[task]
         if not self.samples:
             self.samples.append(min(((at, step) for step, at in self.firsts.values())))
         top = max(reports.values(), key=lambda r: r.step)
@@ -628,6 +636,17 @@ class StepLog:
             self.samples.append((top.time, top.step))
             if len(self.samples) > STEP_SAMPLES:
                 self.samples = _halved(self.samples)
+
+    def shown(self, series: bool) -> StepSamples:
+        """As the job's `Training` holds it: the highest step's samples thinned to
+        SHOWN_SAMPLES (what a plot draws), each task's series only where `series`."""
+        kept = self.kept()
+        stride = max(1, math.ceil(len(kept.times) / SHOWN_SAMPLES))
+        last = len(kept.times) - 1
+        picked = [i for i in range(len(kept.times)) if i % stride == 0 or i == last]
+        return replace(kept, times=tuple(kept.times[i] for i in picked),
+                       steps=tuple(kept.steps[i] for i in picked),
+                       series=kept.series if series else {})
 
     def reached(self, step: int) -> float | None:
         """When the attempt first reached `step` (None: it never did)."""

@@ -3,6 +3,8 @@
 stdout is reserved for the job/application id; every process of a job (client, driver,
 launchers, TensorBoard side task) speaks through this, naming itself (`who`) when it is
 not the client. A closed or broken stderr is never an error.
+On a terminal each line first clears the one it is written on: el_submit's live line on
+training (client/liveline.py) stays there between lines.
 Every line passes the default redaction rule (core/redact.py): a URL with a delegation
 token or a `password=` in an exception's words is never shown.
 Must not write to stdout: it carries ids only.
@@ -15,6 +17,8 @@ import sys
 
 from tfyarn.core.redact import redact
 
+CLEAR_LINE = "\r\x1b[K"  # back to the line's start, cleared: el_submit's live line goes
+
 
 def say(msg: str, who: object = None, secret_ok: bool = False) -> None:
     """`tfyarn: msg`, or `tfyarn: WHO: msg` (the driver, a task, tensorboard).
@@ -24,4 +28,6 @@ def say(msg: str, who: object = None, secret_ok: bool = False) -> None:
     line = f"tfyarn: {msg}" if who is None else f"tfyarn: {who}: {msg}"
     line = line if secret_ok else redact(line)
     with contextlib.suppress(OSError, ValueError):
-        print(line, file=sys.stderr, flush=True)
+        err = sys.stderr
+        if err is not None:
+            print((CLEAR_LINE + line) if err.isatty() else line, file=err, flush=True)

@@ -36,6 +36,8 @@ class Settings:
     krb5_ccache: str | None = None  # KRB5CCNAME: the ticket cache (MIT's tools, Java)
     token_file: str | None = None  # HADOOP_TOKEN_FILE_LOCATION: in a YARN container, its tokens
     history_dir: str | None = None  # TFYARN_HISTORY_DIR: where local jobs' pages are kept
+    progress_s: float | None = None  # TFYARN_PROGRESS_S: the live line's plain lines off a
+    # terminal this often (0: no live line at all); else timing.LIVE_PLAIN_S
 
     def cache_dirs(self) -> list[str]:
         """tfyarn's cache dirs, first usable wins: $TFYARN_CACHE; in a YARN container its
@@ -105,6 +107,7 @@ class Settings:
             krb5_ccache=e.get("KRB5CCNAME") or None,
             token_file=e.get("HADOOP_TOKEN_FILE_LOCATION") or None,
             history_dir=e.get("TFYARN_HISTORY_DIR") or None,
+            progress_s=_seconds(e.get("TFYARN_PROGRESS_S", "")),
         )
 
     def kerberos_env(self) -> dict[str, str]:
@@ -166,3 +169,12 @@ def krb5_java_options(krb5_config: str | None) -> list[str]:
     ignores KRB5_CONFIG and reads /etc/krb5.conf, another realm or none."""
     first = (krb5_config or "").split(":")[0]
     return [f"-Djava.security.krb5.conf={first}"] if first else []
+
+
+def _seconds(text: str) -> float | None:
+    """A non-negative number of seconds, or None (unset or not one: the default)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value >= 0 and value == value else None

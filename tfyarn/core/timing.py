@@ -108,6 +108,8 @@ TERMINAL_TAIL_S = 0.1  # local client: task log files are read for the terminal 
 # at most this often (and this often where inotify is refused)
 REAP_WAIT_S = 2.0  # local client: a launcher seen ending, until its fork server reports its
 # exit code (it reaps at once: milliseconds)
+LIVE_LINE_S = 1.0  # el_submit's live line on a terminal (or a notebook's cell): redrawn this often
+LIVE_PLAIN_S = 30.0  # ... off a terminal: a plain line at most this often, when it changed
 CLIENT_TICK_S = 1.0  # local client: its loop wakes on events (the store, signals, a process
 # ending); with none, this often (deadlines: the stop escalation, --timeout)
 RESTART_EXIT_WAIT_S = 2.0  # local restart: an old launcher has reported (the driver waited

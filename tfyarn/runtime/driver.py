@@ -33,6 +33,7 @@ from tfyarn.core.appreport import FinalStatus
 from tfyarn.core.errors import EnvironmentMissing, StoreGone, exit_code
 from tfyarn.core.jobspec import JobSpec
 from tfyarn.core.policy import (
+    SHOWN_ATTEMPTS,
     Growth,
     Liveness,
     Stalls,
@@ -509,7 +510,9 @@ class Course:
         if not spans or spans[-1][0].attempt != self.attempt:  # the attempt runs
             spans.append((attempt_time(self.attempt, self.attempt_began, now, None,
                                        self.steps), self.steps))
-        return Training(goodput(spans, now - self.began), tuple(log.kept() for _, log in spans),
+        shown = len(spans) - SHOWN_ATTEMPTS
+        return Training(goodput(spans, now - self.began),
+                        tuple(log.shown(series=i >= shown) for i, (_, log) in enumerate(spans)),
                         self.began)
 
     def show(self, now: bool = False) -> None:

@@ -20,7 +20,7 @@ import mmap
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfyarn.core.records import StepReport
@@ -35,12 +35,16 @@ class _Reporter:
 
     map: mmap.mmap
     first: str = ""  # this process's first step and its time: where it resumed from
+    numbers: str = "{}"  # the metrics last reported, each kept until reported again
+    latest: dict[str, float] = field(default_factory=dict)
 
     def write(self, step: int, total: int | None, metrics: Mapping[str, Any]) -> None:
         now = f"{int(step)}\t{time.time():.3f}"
         self.first = self.first or now
-        numbers = json.dumps({k: float(v) for k, v in metrics.items() if _number(v)}) \
-            if metrics else "{}"
+        if metrics:  # one reported now and then (an epoch's loss) stays the latest
+            self.latest.update((k, float(v)) for k, v in metrics.items() if _number(v))
+            self.numbers = json.dumps(self.latest)
+        numbers = self.numbers
         of = "" if total is None else int(total)
         line = f"{now}\t{self.first}\t{numbers}\t{of}".encode()
         if len(line) >= RECORD_BYTES:
