@@ -31,8 +31,8 @@ def make_browser(tmp_path: Path) -> Callable[[str], str]:
         assert out.returncode == 0, out.stderr[-2000:]
         return out.stdout
 
-    def shot(url: str, path: Path) -> None:
-        subprocess.run([CHROMIUM, *FLAGS, *profile, "--window-size=1100,520",
+    def shot(url: str, path: Path, height: int = 520) -> None:
+        subprocess.run([CHROMIUM, *FLAGS, *profile, f"--window-size=1100,{height}",
                         f"--screenshot={path}", url], capture_output=True, timeout=60)
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -216,6 +217,7 @@ def test_the_notebook_example_runs_as_a_script():
     assert "SUCCEEDED - chief:0 finished" in out.stdout, out.stdout
     accuracy = float(out.stdout.rsplit("eval_accuracy=", 1)[1].split()[0])
     assert accuracy > 0.8
+    assert re.search(r"progress rows: [1-9]\d*; last loss 0\.\d+ at step \d+", out.stdout)
 
 
 def test_the_notebook_example_runs_as_a_notebook(tmp_path):
@@ -237,6 +239,7 @@ def test_the_notebook_example_runs_as_a_notebook(tmp_path):
                   for o in cell.get("outputs", []) if o.get("output_type") == "stream")
     assert "SUCCEEDED - chief:0 finished" in out, out[-3000:]
     assert float(out.rsplit("eval_accuracy=", 1)[1].split()[0]) > 0.8
+    assert re.search(r"progress rows: [1-9]\d*; last loss 0\.\d+ at step \d+", out)
 
 
 CALLER = """
@@ -295,3 +298,49 @@ def test_a_packed_env_is_the_same_bytes_every_time(tmp_path):
     with tarfile.open(tmp_path / "a.tar.gz") as tar:
         names = {m.name: m for m in tar.getmembers()}
     assert set(names) == {"bin", "bin/tool", "lib64"} and names["lib64"].issym()
+
+
+PROGRESSING = """import time, tfyarn
+for step in range(1, 61):
+    tfyarn.progress(step, total=60, loss=1.0 / step)
+    time.sleep(0.1)
+"""
+
+
+def test_wait_shows_the_live_line_in_a_notebook_cell_and_metrics_are_rows(tmp_path):
+    """In a real ipykernel (nbclient): `job.wait(progress=True)` shows the live line as
+    one output updated in place; `job.metrics()` returns the reported series as rows
+    (also after the job's dir is gone: from its kept page), and the job's HTML view
+    carries the plots."""
+    nbclient = pytest.importorskip("nbclient", reason="nbclient: pip install -e '.[test]'")
+    nbformat = pytest.importorskip("nbformat", reason="nbformat: pip install -e '.[test]'")
+    (tmp_path / "train.py").write_text(PROGRESSING)
+    cells = [
+        "import tfyarn\n"
+        f"job = tfyarn.submit(kind='tensorflow-worker', workers=2, local=True, "
+        f"heartbeat_timeout='5', files=[{str(tmp_path / 'train.py')!r}], "
+        "command='python train.py')",
+        "outcome = job.wait(progress=True)",
+        "rows = job.metrics()\n"
+        "print('ROWS', len(rows), sorted(rows[-1]), rows[-1]['step'])",
+        "job",
+    ]
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    env = {"TMPDIR": str(tmp_path), "TFYARN_HISTORY_DIR": str(tmp_path / "kept")}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        mp.delenv("HADOOP_CONF_DIR", raising=False)
+        nbclient.NotebookClient(nb, timeout=300, kernel_name="python3",
+                                resources={"metadata": {"path": str(tmp_path)}}).execute()
+    waited = nb.cells[1].outputs
+    shown = [o for o in waited if o.get("output_type") == "display_data"]
+    assert len(shown) == 1, waited  # one output, updated in place
+    text = shown[0]["data"]["text/plain"]
+    assert re.match(r"training: step \d+/60 · [\d.]+ steps/s · loss [\d.]+", text), text
+    printed = "".join(o.get("text", "") for o in nb.cells[2].outputs)
+    found = re.search(r"ROWS (\d+) \[(.*)\] (\d+)", printed)
+    assert found and int(found[1]) >= 4 and found[3] == "60", printed
+    assert found[2] == "'attempt', 'loss', 'step', 'task', 'time'", printed
+    view = nb.cells[3].outputs[0]["data"]["text/html"]
+    assert 'id="plot-metric-loss"' in view and 'id="plot-attempts"' in view, view[:2000]

@@ -39,8 +39,9 @@ for line in job.logs(follow=True):
     if "epoch" in line or "eval_accuracy" in line:
         print(line)
 
-# %% wait for the outcome: JobFailed (naming the failing task) if it did not succeed
-outcome = job.wait()
+# %% wait for the outcome: JobFailed (naming the failing task) if it did not succeed;
+# progress=True shows the job's live line on training meanwhile (here it has ended)
+outcome = job.wait(progress=True)
 print(outcome.state, "-", outcome.message)
 for task in job.tasks():
     print(f"  {task.task!s:<10} {task.state.value}")
@@ -48,3 +49,22 @@ for task in job.tasks():
 # %% the chief's accuracy
 print(f"eval_accuracy={accuracy}")
 assert accuracy is not None and accuracy > 0.8, accuracy
+
+# %% the training as data: each task's reported steps and loss (`tfyarn.progress`), for
+# your own plots; `job` alone in a cell shows the plots of the job's page
+rows = job.metrics()
+losses = [r for r in rows if "loss" in r]
+print(f"progress rows: {len(rows)}; " + (f"last loss {losses[-1]['loss']:.3f} at step "
+                                         f"{losses[-1]['step']}" if losses else "no loss"))
+try:
+    import matplotlib.pyplot as plt
+except ImportError:
+    plt = None  # pip install matplotlib to plot them here
+if plt is not None and losses:
+    for task in sorted({r["task"] for r in losses}):
+        mine = [r for r in losses if r["task"] == task]
+        plt.plot([r["step"] for r in mine], [r["loss"] for r in mine], label=task)
+    plt.xlabel("step")
+    plt.ylabel("loss")
+    plt.legend()
+    plt.show()

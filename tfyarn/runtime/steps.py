@@ -125,7 +125,7 @@ def read(path: str, before: StepReport | None) -> StepReport | None:
     or wrote nothing new since `before`."""
     try:
         with open(path, "rb") as f:
-            raw = f.read(RECORD_BYTES).decode(errors="replace").strip()
+            raw = f.read(RECORD_BYTES).decode(errors="replace").rstrip(" \n\0")  # not a tab
     except OSError:
         return None
     parts = raw.split("\t")
