@@ -580,6 +580,47 @@ def test_a_stalled_worker_is_restarted_by_stall_timeout_and_succeeds(el_submit, 
     _kept_page_of(app_id, tmp_path)
 
 
+# 100 steps of 0.1 s (loss, total=100); a line of output every 25 steps
+STEPS_100 = """import os, time, tfyarn
+for step in range(1, 101):
+    tfyarn.progress(step, total=100, loss=1.0 / step)
+    if step % 25 == 0:
+        print(f"at step {step}", flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_the_live_line_on_yarn_with_interact(tmp_path, apps):
+    """el_submit on YARN under a real pseudo-terminal (`script`), with -interact: the
+    live line is drawn in place as the steps move (of the total, with the loss and an
+    ETA), the tasks' relayed lines are written above it (never glued to it), and stdout
+    carries only the application id."""
+    if shutil.which("script") is None:
+        pytest.skip("no `script` (util-linux) here")
+    (tmp_path / "train.py").write_text(STEPS_100)
+    out = tmp_path / "stdout"
+    cmd = (f"{sys.executable} -m tfyarn.cli -t tensorflow-worker -wn 2 {' '.join(SMALL)} "
+           f"-interact --heartbeat-timeout 5 -f train.py --python {sys.executable} "
+           f"-c 'python train.py' > {out}")
+    run = subprocess.run(["script", "-qec", cmd, "/dev/null"], cwd=tmp_path, timeout=600,
+                         env={**os.environ, "COLUMNS": "200"}, capture_output=True)
+    app_id = out.read_text().strip()
+    if app_id:
+        apps.append(app_id)
+    tty = run.stdout.decode(errors="replace")
+    assert run.returncode == 0, tty[-4000:]
+    assert re.fullmatch(r"application_\d+_\d+", app_id), out.read_text()
+    drawn = [d for d in re.findall(r"\r\x1b\[Ktfyarn: training: ([^\r\n]*)", tty)
+             if d.startswith("step ")]
+    assert len({d.split(" ")[1] for d in drawn}) >= 2, tty[-4000:]  # it moved
+    assert all(re.search(r"/100 · [\d.]+ steps/s · loss [\d.]+ .*· attempt 1/1$", d)
+               for d in drawn), drawn
+    assert any("ETA" in d for d in drawn), drawn
+    assert re.search(r"\[worker:0\] at step 50", tty), tty[-4000:]  # -interact's relay
+    assert not re.search(r"tfyarn: training: [^\r\n]*(\[worker|tfyarn:)", tty), tty[-4000:]
+    assert final_state(app_id) == "FINISHED/SUCCEEDED"
+
+
 def _kept_page_of(app_id: str, tmp_path) -> None:
     """The stalled-then-restarted job's kept page: `status --tasks`, and `tfyarn history`
     in headless chromium (the listing, then the page its link opens)."""
@@ -605,6 +646,12 @@ def _kept_page_of(app_id: str, tmp_path) -> None:
     assert "FAILED (retryable): steps 0-79" in re.search(r'<ul id="goodput">(.*?)</ul>',
                                                         page, re.S)[1]
     assert "training stalled: worker:1 at step 50" in page  # the earlier attempt
+    figures = dict(re.findall(r'<figure id="([^"]+)">(.*?)</figure>', page, re.S))
+    assert set(figures) == {"plot-metric-loss", "plot-rate", "plot-attempts"}, set(figures)
+    assert re.findall(r'class="attempt (\w+)"', figures["plot-attempts"]) == \
+        ["FAILED", "SUCCEEDED"]
+    assert "<title>worker:1 (attempt 1)</title>" in figures["plot-metric-loss"]
+    assert re.fullmatch(r"loss 0\.\d+", cells(listing, "job")[app_id][-1])  # final metric
 
 
 def test_status_lists_attempts_while_restarted_gang_runs(tmp_path, apps):

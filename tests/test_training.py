@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -269,3 +270,8 @@ def test_a_forged_metric_name_is_escaped_on_the_page():
                  (log.shown(True),), 0.0)
     html = render(JobView("n", "t", "j", "RUNNING", "3 s", 0, 1, (), training=t))
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    line = live_line({"worker:0": StepReport(5, 0.0, 1.0, {"\x1b]0;title\x07": 1.0})}, 0, 1)
+    assert line == "step 5 · 1.0 steps/s · ?]0;title? 1 · attempt 1/1"  # shown, not acted on
+    uneven = replace(t, logs=(replace(t.logs[0], times=t.logs[0].times[:1]),))
+    assert "plot-rate" in render(JobView("n", "t", "j", "RUNNING", "3 s", 0, 1, (),
+                                         training=uneven))  # a forged page: cut, not a 500

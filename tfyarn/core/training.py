@@ -4,8 +4,10 @@ attempts' timeline: inline SVG, drawn here so a live page and a kept one look th
 and need no script or CDN), the series as rows for `Job.metrics()`, and a job's final
 metric for the history listing.
 
-Pure functions of the tasks' reports (`StepReport`) and the driver's `Training` record.
-Must not do I/O nor read a clock: the caller passes `now`.
+Pure functions of the tasks' reports (`StepReport`) and the driver's `Training` record,
+which a task's code or a forged kept page may fill with anything: every name is escaped
+(HTML) or made printable (the terminal), uneven series are cut to their shortest.
+Must not do I/O nor read a clock.
 """
 
 from __future__ import annotations
@@ -52,12 +54,18 @@ def live_line(reports: Mapping[str, StepReport], attempt: int, attempts: int) ->
     said = next((reports[t] for t in tasks if t.startswith("chief") and reports[t].metrics),
                 next((reports[t] for t in tasks if reports[t].metrics), None))
     if said is not None:
-        parts.append(" ".join(f"{k} {_num(v)}" for k, v in
+        parts.append(" ".join(f"{_printable(k)} {_num(v)}" for k, v in
                               sorted(said.metrics.items())[:LINE_METRICS]))
     if total is not None and reports[slow].rate > 0 and lo < total:
         parts.append(f"ETA {_duration((total - lo) / reports[slow].rate)}")
     parts.append(f"attempt {attempt + 1}/{attempts}")
     return " · ".join(parts)
+
+
+def _printable(name: str) -> str:
+    """A metric's name (the task's to choose) without control characters: a terminal
+    shows it, never acts on it."""
+    return "".join(c if c.isprintable() else "?" for c in name)
 
 
 def _num(v: float) -> str:
@@ -83,10 +91,11 @@ def metric_rows(t: Training) -> list[dict[str, Any]]:
     for a, log in zip(t.goodput.attempts, t.logs, strict=False):
         for task in sorted(log.series, key=natural_name):
             s = log.series[task]
-            for i, (at, step) in enumerate(zip(s.times, s.steps, strict=True)):
+            for i, (at, step) in enumerate(zip(s.times, s.steps, strict=False)):
                 row: dict[str, Any] = {"task": task, "attempt": a.attempt, "step": step,
                                        "time": at}
-                row.update({k: v[i] for k, v in s.metrics.items() if not math.isnan(v[i])})
+                row.update({k: v[i] for k, v in s.metrics.items()
+                            if i < len(v) and not math.isnan(v[i])})
                 rows.append(row)
     return rows
 
@@ -147,7 +156,7 @@ def _metric_svg(t: Training, name: str) -> str:
             s = log.series.get(task)
             if s is None or name not in s.metrics:
                 continue
-            pts = [(float(st), v) for st, v in zip(s.steps, s.metrics[name], strict=True)
+            pts = [(float(st), v) for st, v in zip(s.steps, s.metrics[name], strict=False)
                    if not math.isnan(v)]
             lines.append((f"{task} (attempt {i + 1})", COLORS[j % len(COLORS)], pts,
                           1.0 if i == last else 0.45))
@@ -157,7 +166,7 @@ def _metric_svg(t: Training, name: str) -> str:
 
 def _rates(log: StepSamples, began: float) -> list[tuple[float, float]]:
     """steps/s between kept samples of the highest step, over wider spans when many."""
-    pts = list(zip(log.times, log.steps, strict=True))
+    pts = list(zip(log.times, log.steps, strict=False))
     stride = max(1, math.ceil(len(pts) / RATE_POINTS))
     pts = [*pts[::stride], *([pts[-1]] if pts and (len(pts) - 1) % stride else [])]
     out = []
