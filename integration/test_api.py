@@ -114,3 +114,25 @@ def test_run_ships_the_callers_own_env_on_yarn(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     prefix = out.stdout.split("RESULT ", 1)[1].strip()
     assert prefix.endswith("/env") and "appcache" in prefix, prefix
+
+
+def test_wait_with_progress_and_metrics_after_the_application_ended(submitted, capfd, tmp_path):
+    """`job.wait(progress=True)` on YARN prints the live line's plain lines (stderr is
+    not a terminal here: TFYARN_PROGRESS_S=1), and `job.metrics()` reads the series from
+    the job's kept page in HDFS once its store has gone with the application."""
+    train = tmp_path / "train.py"
+    train.write_text("import time, tfyarn\nfor s in range(1, 81):\n"
+                     "    tfyarn.progress(s, total=80, loss=1.0 / s)\n    time.sleep(0.1)\n")
+    job = submitted(kind="tensorflow-worker", workers=2, heartbeat_timeout="5",
+                    files=[str(train)], command="python train.py")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TFYARN_PROGRESS_S", "1")
+        assert job.wait(progress=True).state == "SUCCEEDED"
+    err = capfd.readouterr().err
+    assert any(x.startswith("tfyarn: training: step ") and "/80 · " in x
+               for x in err.splitlines()), err[-3000:]
+    wait_until(lambda: job.metrics(), 60, "the kept page's training")  # kept after the end
+    rows = job.metrics()
+    assert {r["task"] for r in rows} == {"worker:0", "worker:1"}
+    assert max(r["step"] for r in rows) == 80 and all("loss" in r for r in rows), rows
+    job.close()

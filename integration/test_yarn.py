@@ -600,7 +600,7 @@ def test_the_live_line_on_yarn_with_interact(tmp_path, apps):
     (tmp_path / "train.py").write_text(STEPS_100)
     out = tmp_path / "stdout"
     cmd = (f"{sys.executable} -m tfyarn.cli -t tensorflow-worker -wn 2 {' '.join(SMALL)} "
-           f"-interact --heartbeat-timeout 5 -f train.py --python {sys.executable} "
+           f"-interact True --heartbeat-timeout 5 -f train.py --python {sys.executable} "
            f"-c 'python train.py' > {out}")
     run = subprocess.run(["script", "-qec", cmd, "/dev/null"], cwd=tmp_path, timeout=600,
                          env={**os.environ, "COLUMNS": "200"}, capture_output=True)

@@ -312,10 +312,7 @@ class Watcher:
                     return self._final(rep.final_status, rep.diagnostics)
                 if rep.state is YarnState.RUNNING:
                     self._progress()
-                    if self.line is not None and self.store is not None \
-                            and self.view.outcome is None:
-                        self.line.look(self.store, self.view.gang, self.view.news.attempt,
-                                       self.spec.attempts)
+                    self._line()
                     if self.view.outcome is not None and self.spec.tensorboard_linger_s:
                         return self._lingering()
                 elif not self.am_hosts and \
@@ -380,6 +377,16 @@ class Watcher:
             self.view.read(self.store)
         except StoreGone:
             self.store = self.status_puts = None
+
+    def _line(self) -> None:
+        """The live line: drawn while the gang trains, cleared while it stops."""
+        if self.line is None or self.store is None:
+            return
+        if self.view.outcome is not None or self.view.phase == "stopping":
+            self.line.end()
+        else:
+            self.line.look(self.store, self.view.gang, self.view.news.attempt,
+                           self.spec.attempts)
 
     def _resumed(self, am: str | None) -> None:
         """A later ApplicationMaster attempt's store (its driver put AM): said once, and
