@@ -198,8 +198,9 @@ def test_plots_on_the_live_and_the_kept_page_of_a_job_that_restarted(tmp_path):
 
 def test_a_million_steps_keep_a_small_page(tmp_path):
     """A task reporting 1,000,000 steps: its job's kept page stays under 512 KB (the
-    series is down-sampled, not every step), and so does a page built from a million
-    reports of each of 4 tasks seen one by one (a week of heartbeats), with a restart."""
+    series is down-sampled, not every step), and so does a page built from a week of
+    heartbeats (a report every 5 s: ~125,000) of each of 4 tasks over 1,000,000 steps,
+    seen one by one, with a restart."""
     prog = ("import tfyarn\nfor s in range(1, 1_000_001):\n"
             "    tfyarn.progress(s, total=1_000_000, loss=1.0 / s, accuracy=1 - 1.0 / s)\n")
     (tmp_path / "million.py").write_text(prog)
@@ -217,9 +218,9 @@ def test_a_million_steps_keep_a_small_page(tmp_path):
 
     logs, spans, t0 = [], [], 1.0e9
     tasks = [Task("worker", i) for i in range(4)]
-    for attempt, (first, last) in enumerate(((1, 400_000), (300_001, 1_000_000))):
+    for attempt, (first, last) in enumerate(((1, 400_000), (300_000, 1_000_000))):
         log = StepLog()
-        for s in range(first, last + 1):
+        for s in range(first, last + 1, 8):  # 8 steps a heartbeat
             log.observe({t: StepReport(s, t0 + s, 1.0, {"loss": 1.0 / s, "accuracy": 0.5},
                                        first, t0 + first, 1_000_000) for t in tasks})
         outcome = Outcome("FAILED" if attempt == 0 else "SUCCEEDED", "", cause="retryable")
@@ -275,3 +276,26 @@ def test_a_forged_metric_name_is_escaped_on_the_page():
     uneven = replace(t, logs=(replace(t.logs[0], times=t.logs[0].times[:1]),))
     assert "plot-rate" in render(JobView("n", "t", "j", "RUNNING", "3 s", 0, 1, (),
                                          training=uneven))  # a forged page: cut, not a 500
+
+
+def test_the_line_says_a_new_attempt_has_not_reported_yet(tmp_path):
+    """From a real local store: gang 0's reports make the line; gang 1 (the restart)
+    has none yet, so the line says so, where a job that never reported shows none."""
+    import io
+
+    from tfyarn.client.liveline import PLAIN, LiveLine
+    from tfyarn.protocol import kv as kvmod
+
+    store = kvmod.DirKV(str(tmp_path / "kv"))
+    out = io.StringIO()
+    line = LiveLine(out, PLAIN, every_s=0.0)
+    line.look(store, 0, 0, 2)
+    assert out.getvalue() == ""  # nothing reported: no line
+    kvmod.Scoped(store, 0).put(kvmod.steps_key(Task("worker", 0)),
+                               StepReport(7, 1.0, 2.0, {"loss": 0.5}, 0, 0.0, 70).to_json())
+    line.look(store, 0, 0, 2)
+    line.end()  # the gang stops
+    line.look(store, 1, 1, 2)
+    assert out.getvalue().splitlines() == [
+        "tfyarn: training: step 7/70 · 2.0 steps/s · loss 0.5 · ETA 31 s · attempt 1/2",
+        "tfyarn: training: attempt 2/2: no step reported yet"]

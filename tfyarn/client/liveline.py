@@ -40,7 +40,8 @@ class LiveLine:
     mode: str
     cell: Callable[[str], None] | None = None
     every_s: float = LIVE_LINE_S
-    text: str | None = None  # the last line drawn or printed
+    text: str | None = None  # the last line drawn or printed (None: none now)
+    reported: bool = False  # some task reported a step (a later attempt's wait is said)
     looked: float = -1e9
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -69,7 +70,8 @@ class LiveLine:
         except (StoreGone, RecordError, OSError):
             return  # the job's end, or a store away for a moment: the next look
         text = live_line({str(t): r for t, r in reports.items()}, attempt, attempts)
-        if text is None and self.text is not None:  # a new attempt: no report of it yet
+        self.reported = self.reported or text is not None
+        if text is None and self.reported:  # a new attempt: no report of it yet
             text = f"attempt {attempt + 1}/{attempts}: no step reported yet"
         if text is not None:
             self.show(text)
