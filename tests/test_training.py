@@ -294,7 +294,10 @@ def test_the_line_says_a_new_attempt_has_not_reported_yet(tmp_path):
     kvmod.Scoped(store, 0).put(kvmod.steps_key(Task("worker", 0)),
                                StepReport(7, 1.0, 2.0, {"loss": 0.5}, 0, 0.0, 70).to_json())
     line.look(store, 0, 0, 2)
-    line.end()  # the gang stops
+    store.put(kvmod.PHASE, "stopping")  # the gang stops: the line is cleared, not redrawn
+    line.look(store, 0, 0, 2)
+    assert line.text is None
+    store.put(kvmod.PHASE, "registering")  # the restart
     line.look(store, 1, 1, 2)
     assert out.getvalue().splitlines() == [
         "tfyarn: training: step 7/70 · 2.0 steps/s · loss 0.5 · ETA 31 s · attempt 1/2",

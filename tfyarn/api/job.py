@@ -451,11 +451,15 @@ class _Local(_Backend):
             f.seek(self.shown)
             data = f.read()
             self.shown += len(data)
-            if data and line is not None:
-                line.print_above(data.decode(errors="replace"))
-            elif data:
-                sys.stderr.write(data.decode(errors="replace"))
-                sys.stderr.flush()
+            if data:
+                def show() -> None:
+                    sys.stderr.write(data.decode(errors="replace"))
+                    sys.stderr.flush()
+
+                if line is not None:
+                    line.around(show)
+                else:
+                    show()
 
     def logs(self, task: str | None, follow: bool) -> Iterator[str]:
         jd, spec = self._job_files()

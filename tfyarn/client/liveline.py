@@ -60,12 +60,16 @@ class LiveLine:
 
     def look(self, store: kvmod.KV, gang: int, attempt: int, attempts: int,
              now: float | None = None) -> None:
-        """Read the running gang's step reports (at most every `every_s`) and show them."""
+        """Read the running gang's step reports (at most every `every_s`) and show them;
+        while the gang stops, clear the line (it would only go stale)."""
         now = time.monotonic() if now is None else now
         if now - self.looked < self.every_s:
             return
         self.looked = now
         try:
+            if store.get(kvmod.PHASE) == "stopping":
+                self.end()
+                return
             reports = taskstate.read_steps(kvmod.Scoped(store, gang))
         except (StoreGone, RecordError, OSError):
             return  # the job's end, or a store away for a moment: the next look
@@ -116,12 +120,16 @@ class LiveLine:
 
         return cls(None, CELL, cell)
 
-    def print_above(self, text: str) -> None:
-        """Others' lines (a background client's), written above the line."""
+    def around(self, write: Callable[[], object]) -> None:
+        """Others' output (relayed task lines, a background client's), written by
+        `write`: on a terminal the line is cleared first and drawn again after."""
         with self.lock:
-            clear = self.mode == TTY and self.text is not None
-            self._write((CLEAR_LINE if clear else "") + text
-                        + (self._drawn(self.text) if clear and self.text else ""))
+            drawn = self.mode == TTY and self.text is not None
+            if drawn:
+                self._write(CLEAR_LINE)
+            write()
+            if drawn and self.text is not None:
+                self._write(self._drawn(self.text))
 
     def above(self, out: IO[bytes] | None) -> IO[bytes] | None:
         """`out` for others' output (relayed task output): on a terminal, each write
@@ -155,14 +163,8 @@ class _Above:
     out: IO[bytes]
 
     def write(self, data: bytes) -> int:
-        with self.line.lock:
-            drawn = self.line.text is not None
-            if drawn:
-                self.out.write(CLEAR_LINE.encode())
-            n = self.out.write(data)
-            if drawn and self.line.text is not None:
-                self.out.write(self.line._drawn(self.line.text).encode())
-            return n
+        self.line.around(lambda: (self.out.write(data), self.out.flush()))
+        return len(data)
 
     def flush(self) -> None:
         self.out.flush()

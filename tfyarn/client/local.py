@@ -135,9 +135,7 @@ class LocalJob:
             if escalation.asked_at is None and self._next_attempt(procs, store, relaunch):
                 wake.add(list(procs.launchers.values()))
             self.news.read(store)
-            if self.line is not None and store.get(kvmod.PHASE) == "stopping":
-                self.line.end()  # the gang stops: its last line would only go stale
-            elif self.line is not None:
+            if self.line is not None:
                 self.line.look(store, procs.gang, procs.attempt, self.spec.attempts)
             report_dead_launchers(procs, kvmod.Scoped(store, procs.gang), self.job_id,
                                   wake.wait(CLIENT_TICK_S))

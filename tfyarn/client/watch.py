@@ -379,10 +379,10 @@ class Watcher:
             self.store = self.status_puts = None
 
     def _line(self) -> None:
-        """The live line: drawn while the gang trains, cleared while it stops."""
+        """The live line: drawn while the job trains, cleared once its outcome is out."""
         if self.line is None or self.store is None:
             return
-        if self.view.outcome is not None or self.view.phase == "stopping":
+        if self.view.outcome is not None:
             self.line.end()
         else:
             self.line.look(self.store, self.view.gang, self.view.news.attempt,
