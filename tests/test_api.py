@@ -218,6 +218,9 @@ def test_the_notebook_example_runs_as_a_script():
     accuracy = float(out.stdout.rsplit("eval_accuracy=", 1)[1].split()[0])
     assert accuracy > 0.8
     assert re.search(r"progress rows: [1-9]\d*; last loss 0\.\d+ at step \d+", out.stdout)
+    plot = out.stdout.split("loss plot: ", 1)[1].split()[0]  # from job.metrics()
+    with open(plot, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
 def test_the_notebook_example_runs_as_a_notebook(tmp_path):
@@ -240,6 +243,9 @@ def test_the_notebook_example_runs_as_a_notebook(tmp_path):
     assert "SUCCEEDED - chief:0 finished" in out, out[-3000:]
     assert float(out.rsplit("eval_accuracy=", 1)[1].split()[0]) > 0.8
     assert re.search(r"progress rows: [1-9]\d*; last loss 0\.\d+ at step \d+", out)
+    images = [o for cell in notebook.cells if cell.cell_type == "code"
+              for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) == 1  # the loss plotted from job.metrics()
 
 
 CALLER = """

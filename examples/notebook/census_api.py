@@ -63,8 +63,14 @@ except ImportError:
 if plt is not None and losses:
     for task in sorted({r["task"] for r in losses}):
         mine = [r for r in losses if r["task"] == task]
-        plt.plot([r["step"] for r in mine], [r["loss"] for r in mine], label=task)
+        plt.plot([r["step"] for r in mine], [r["loss"] for r in mine], "o-", label=task)
     plt.xlabel("step")
     plt.ylabel("loss")
     plt.legend()
-    plt.show()
+    if SCRIPT:  # no screen: a file
+        import tempfile
+
+        plt.savefig(Path(tempfile.gettempdir()) / "census_api_loss.png")
+        print("loss plot:", Path(tempfile.gettempdir()) / "census_api_loss.png")
+    else:
+        plt.show()
