@@ -125,9 +125,10 @@ def _driver(argv: list[str]) -> int:
 
 
 def _launcher() -> Callable[[list[str]], int]:
-    """The launchers' entry point, imported in the fork server."""
+    """The launchers' entry point, imported and warmed in the fork server."""
     from tfyarn.runtime import launcher
 
+    launcher.warm()
     return launcher.main
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import functools
 import json
 import types
 import typing
@@ -65,9 +66,22 @@ class Record:
         return _fields(cls, d, where)
 
 
+@functools.cache
+def _shape(cls: type) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A record class's field types and names, worked out once per process: the
+    annotations are strings (postponed evaluation), and evaluating them on every read cost
+    a launcher of a 256-task job more than parsing the cluster spec itself (#46)."""
+    return typing.get_type_hints(cls), tuple(f.name for f in dataclasses.fields(cls))
+
+
+def warm(*classes: type) -> None:
+    """Work out `classes`' shapes now (in a fork server, once for all its children)."""
+    for cls in classes:
+        _shape(cls)
+
+
 def _fields(cls: type[R], d: Mapping[str, Any], where: str) -> R:
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    hints, names = _shape(cls)
     unknown = sorted(set(d) - set(names))
     missing = [n for n in names if n not in d and n not in cls.LATER]
     if unknown or missing:
@@ -82,6 +96,8 @@ def _fields(cls: type[R], d: Mapping[str, Any], where: str) -> R:
 
 def _value(tp: Any, v: Any, where: str) -> Any:
     """`v` (from JSON) as type `tp`, or a RecordError naming the field."""
+    if tp is str:  # the common leaf (a cluster spec's addresses), without typing's calls
+        return _typed(v, str, where)
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
         if v is None and type(None) in args:

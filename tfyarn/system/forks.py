@@ -9,6 +9,7 @@ process with no other thread and no gRPC channel. Must not know about jobs or st
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -276,7 +277,13 @@ class Forked:
 
 def _serve(entry: Callable[[], Callable[[list[str]], int]]) -> int:
     warm()
-    serve_forks(entry())  # the import behind `entry` runs here, not in the forking process
+    main = entry()  # the import (and warming) behind `entry` runs here, not in the client
+    # Every object so far is shared with the children copy-on-write: kept out of the
+    # collector's sweeps, which write to each tracked object's header, so a child's first
+    # full collection does not copy every page of what the server imported (#46).
+    gc.collect()
+    gc.freeze()
+    serve_forks(main)
     return 0
 
 
