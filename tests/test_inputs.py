@@ -31,6 +31,10 @@ BAD = [
     (["-wm", "5000t"], "-wm: at most 4 TB"), (["-wnn", "2"], "no such option: -wnn (did you "
                                                "mean -wn?)"),
     (["--heartbeat-timeout", "1"], "--heartbeat-timeout: must be at least 5"),
+    # a value left out: click would take the next option as it (and name another flag)
+    (["-interact", "--heartbeat-timeout", "5"],
+     "-interact needs a value before --heartbeat-timeout: write -interact True (or False)"),
+    (["-wn", "-wc", "1"], "-wn needs a value before -wc: write -wn N"),
 ]
 
 

@@ -34,6 +34,7 @@ FLAGS = ("--local", "--dry-run", "--detach", "--force", "-h", "--help", "--versi
 assert "--force" in {o.flag for o in OPTIONS if o.is_flag}
 VALUE_FLAGS = frozenset(o.flag for o in OPTIONS if not o.is_flag) | {"--job"}
 KNOWN = VALUE_FLAGS | set(FLAGS) | {"-c"}
+METAVARS = {o.flag: o.metavar for o in OPTIONS} | {"--job": "FILE"}
 TFYARN_ONLY = sorted(f for f in KNOWN if f.startswith("--") and f not in ("--help",))
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -60,7 +61,15 @@ def check_options(args: Sequence[str], known: frozenset[str] | set[str] = KNOWN)
             near = difflib.get_close_matches(word, sorted(known), n=1, cutoff=0.5)
             hint = f" (did you mean {near[0]}?)" if near else ""
             raise click.UsageError(f"no such option: {word}{hint}")
-        i += 2 if word in VALUE_FLAGS and "=" not in args[i] else 1
+        if word in VALUE_FLAGS and "=" not in args[i]:
+            value = args[i + 1] if i + 1 < len(args) else None
+            if value is not None and value.split("=", 1)[0] in known:  # click would take it
+                want = METAVARS.get(word, "VALUE").replace("BOOL", "True (or False)")
+                raise click.UsageError(f"{word} needs a value before {value}: "
+                                       f"write {word} {want}")
+            i += 2
+        else:
+            i += 1
 
 
 def warn_options_in_command(command: Sequence[str] | None) -> None:
