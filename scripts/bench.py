@@ -33,7 +33,10 @@
   measured: wall_s, start_s (launch until every task runs), teardown_s (the last task's
   end until el_submit exits), cpu_s (every process, reaped: getrusage), tfyarn's own PSS,
   idle cores while the tasks sleep (scheduler nanoseconds, not ticks); and
-  idle_cores_256_tasks over 10 s of a settled 256-task job;
+  idle_cores_256_tasks over 10 s of a settled 256-task job; cpu_split_N (the largest
+  N): that job's CPU by process (client, driver, fork server, launchers, the tasks'
+  commands) beside the same commands Popen'ed alone and a fork server's N do-nothing
+  children (the floor of a process per task);
 - with --yarn (on the cluster HADOOP_CONF_DIR names, e.g. the sandbox): a trivial
   el_submit job cold and with a warm skein driver (`tfyarn skein-driver start`) against
   bare skein (PyPI's 0.8.2 as shipped, whose wheel scripts/build-skein keeps) submitting a
@@ -472,6 +475,110 @@ def scale_run(n: int) -> dict[str, float]:
                 "pss_mib": pss, "pss_per_task_mib": pss / n, "idle_cores": idle}
 
 
+ROLES = {"tfyarn-launcher": "launchers", "tfyarn-forks": "fork_server",
+         "tfyarn-driver": "driver"}  # what each forked process is named (ps -o comm)
+TASK_ANCHOR = """
+import os, subprocess, sys
+procs = [subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", "bash", "-c", sys.argv[1]],
+                          env={**os.environ, "TFYARN_TASK_INDEX": str(i)})
+         for i in range(int(sys.argv[2]))]
+sys.exit(max(p.wait() for p in procs))
+"""
+FORK_FLOOR = """
+import os, sys, tempfile
+from tfyarn.system import forks
+def entry():
+    from tfyarn.runtime import launcher  # the launchers' imports, shared as theirs are
+    return lambda argv: 0
+with tempfile.TemporaryDirectory() as d:
+    server = forks.ForkServer(entry, dict(os.environ), d)
+    kids = [server.spawn([], d, os.path.join(d, "log")) for _ in range(int(sys.argv[1]))]
+    server.close()
+    code = max(k.wait() for k in kids)
+    server.proc.wait()  # reaped here, so its children's CPU is counted
+    sys.exit(code)
+"""
+
+
+def _reaped_cpu(argv: list[str], env: dict[str, str]) -> float:
+    """CPU seconds of `argv` and everything below it, reaped (getrusage)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL,
+                   stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def _cpu_and_reaped(pid: int) -> tuple[float, float]:
+    """A process's own CPU seconds (the scheduler's nanoseconds) and its reaped
+    children's (cutime + cstime: the kernel adds each child's exact total when it is
+    reaped; 10 ms units)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    hz = os.sysconf("SC_CLK_TCK")
+    return _cpu_of([pid]), (int(fields[13]) + int(fields[14])) / hz
+
+
+def cpu_split(n: int) -> dict[str, float]:
+    """Where a local N-task job's CPU goes (#46). The driver and the fork server are
+    sampled every 0.1 s while the job runs: each one's own CPU and its reaped children's.
+    The fork server reaps the launchers, and they their tasks: the launchers' CPU is the
+    server's reaped total less the same N commands Popen'ed alone with the launchers'
+    death signal (`tasks_alone_s`); the client's, the job's whole reaped CPU less the
+    rest. The floor of a process per task: a fork server's N children that do nothing
+    (`fork_floor_s`: a fork of the launchers' imports, its exit, its reaping)."""
+    import resource
+    import threading
+
+    with tempfile.TemporaryDirectory() as tmp:
+        stamps = os.path.join(tmp, "stamps")
+        os.mkdir(stamps)
+        env = {**os.environ, "STAMPS": stamps, "TMPDIR": tmp}
+        seen: dict[int, tuple[str, float, float]] = {}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker",
+                                 "-wn", str(n), "--local", "-c", SCALE_CMD], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                todo = _kids(proc.pid)
+                while todo:
+                    pid = todo.pop()
+                    try:
+                        with open(f"/proc/{pid}/comm") as f:
+                            role = ROLES.get(f.read().strip())
+                        if role in ("driver", "fork_server"):
+                            seen[pid] = (role, *_cpu_and_reaped(pid))
+                    except (OSError, IndexError, ValueError):
+                        continue
+                done.wait(0.1)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        proc.wait()
+        done.set()
+        sampler.join()
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    of = {role: [(own, reaped) for r, own, reaped in seen.values() if r == role]
+          for role in ("driver", "fork_server")}
+    server_own, below_server = (sum(x) for x in zip(*of["fork_server"], strict=True))
+    driver = sum(own + reaped for own, reaped in of["driver"])
+    with tempfile.TemporaryDirectory() as stamps:
+        tasks = _reaped_cpu([sys.executable, "-c", TASK_ANCHOR, SCALE_CMD, str(n)],
+                            {**os.environ, "STAMPS": stamps})
+    out = {"total": total, "client": total - server_own - below_server - driver,
+           "driver": driver, "fork_server": server_own,
+           "launchers": below_server - tasks, "tasks_alone_s": tasks}
+    out["fork_floor_s"] = _reaped_cpu([sys.executable, "-c", FORK_FLOOR, str(n)],
+                                      dict(os.environ))
+    return {k: round(v, 3) for k, v in out.items()}
+
+
 POPEN_ANCHOR = """
 import os, subprocess, sys
 procs = [subprocess.Popen(["/bin/sh", "-c", sys.argv[1]], env={**os.environ, "I": str(i),
@@ -525,6 +632,7 @@ def scale_table(sizes: list[int], repeat: int) -> dict:
         runs = [scale_run(n) for _ in range(repeat if n <= 64 else 1)]
         out[f"n{n}"] = {k: None if any(r[k] is None for r in runs) else
                         round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+    out[f"cpu_split_{max(sizes)}"] = cpu_split(max(sizes))
     out["idle_cores_256_tasks"] = round(idle_cores(256, window=10.0, settle=15.0), 4)
     return out
 
