@@ -6,12 +6,14 @@ Every application a test submits is killed at teardown if still alive, and its
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -67,8 +69,29 @@ def yarn_site(name: str, default: str) -> str:
     return default
 
 
+def rm_app(app_id: str) -> dict | None:
+    """The ResourceManager's own report of the application, from its REST API: a GET of
+    milliseconds where `yarn application -status` starts a JVM (about 2 s of one of CI's
+    two cores, at every test's teardown). None where REST does not answer it (the RM
+    restarting, an RM that asks for SPNEGO, an unknown id): callers then ask the CLI."""
+    rm_host = yarn_site("yarn.resourcemanager.hostname", "0.0.0.0")
+    host, _, port = yarn_site("yarn.resourcemanager.webapp.address", f"{rm_host}:8088") \
+        .rpartition(":")
+    url = f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}" \
+          f"/ws/v1/cluster/apps/{app_id}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return json.load(answer)["app"]
+    except (OSError, ValueError, KeyError):  # the CLI answers instead (and says why)
+        return None
+
+
 def final_state(app_id: str) -> str:
-    """`FINISHED/SUCCEEDED`, `KILLED/KILLED`, ... from yarn application -status."""
+    """`FINISHED/SUCCEEDED`, `KILLED/KILLED`, ... from the RM (REST, else yarn
+    application -status: the same two enums)."""
+    app = rm_app(app_id)
+    if app is not None:
+        return f"{app['state']}/{app['finalStatus']}"
     text = yarn_cli("application", "-status", app_id)
     state = re.search(r"^\s*State : (\S+)", text, re.M)
     final = re.search(r"^\s*Final-State : (\S+)", text, re.M)
@@ -78,9 +101,14 @@ def final_state(app_id: str) -> str:
 def aggregation_done(app_id: str) -> bool:
     """Every node has aggregated the app's logs (or given up): on several nodes each
     NodeManager uploads its own, so a first non-empty answer may lack some."""
-    text = yarn_cli("application", "-status", app_id)
-    status = re.search(r"^\s*Log Aggregation Status : (\S+)", text, re.M)
-    return status is None or status.group(1) in ("SUCCEEDED", "FAILED", "TIME_OUT", "DISABLED")
+    app = rm_app(app_id)
+    if app is not None:
+        found = app.get("logAggregationStatus")
+    else:
+        text = yarn_cli("application", "-status", app_id)
+        status = re.search(r"^\s*Log Aggregation Status : (\S+)", text, re.M)
+        found = status and status.group(1)
+    return found is None or found in ("SUCCEEDED", "FAILED", "TIME_OUT", "DISABLED")
 
 
 def tfyarn_logs(app_id: str, task: str | None = None,

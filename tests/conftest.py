@@ -61,10 +61,16 @@ def sandbox() -> dict[str, str]:
     """The real single-node Hadoop 3.3.6 (`scripts/yarn-sandbox start`: started if it is
     not running yet; CI starts it first) and the env its clients need: what `start` prints
     to export, plus CLASSPATH (`hadoop classpath --glob`) and LD_LIBRARY_PATH with libjvm,
-    which libhdfs needs."""
-    out = subprocess.run([str(REPO / "scripts" / "yarn-sandbox"), "start"], capture_output=True,
-                         text=True, timeout=900,
-                         env={**os.environ, "SANDBOX_PYTHON": sys.executable})
+    which libhdfs needs. One pytest process at a time runs `start` (the suite's workers
+    run side by side: the first starts it, the others find it running)."""
+    import fcntl
+
+    (REPO / "build").mkdir(exist_ok=True)
+    with open(REPO / "build" / ".sandbox-fixture.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = subprocess.run([str(REPO / "scripts" / "yarn-sandbox"), "start"],
+                             capture_output=True, text=True, timeout=900,
+                             env={**os.environ, "SANDBOX_PYTHON": sys.executable})
     if out.returncode != 0:
         pytest.fail(f"scripts/yarn-sandbox start failed:\n{out.stderr[-4000:]}", pytrace=False)
     env = dict(re.findall(r'^export (\w+)="(.*)"$', out.stdout, re.M))
