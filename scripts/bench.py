@@ -71,6 +71,7 @@ moves a figure updates it, so the next regression shows against it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import math
@@ -441,13 +442,11 @@ def scale_run(n: int) -> dict[str, float]:
     measured: wall, start -> every task running, last task end -> el_submit exit, CPU of
     everything (getrusage of reaped children), tfyarn's own PSS and idle cores while the
     tasks sleep (a 2.5 s window once all run)."""
-    import resource
-
     with tempfile.TemporaryDirectory() as tmp:
         stamps = os.path.join(tmp, "stamps")
         os.mkdir(stamps)
         env = {**os.environ, "STAMPS": stamps, "TMPDIR": tmp}
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before = _children_cpu()
         t0 = time.time()
         proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker",
                                  "-wn", str(n), "--local", "-c", SCALE_CMD], env=env,
@@ -466,17 +465,15 @@ def scale_run(n: int) -> dict[str, float]:
             idle = (_cpu_of(pids) - cpu0) / (time.monotonic() - w0)
         rc = proc.wait()
         end = time.time()
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = _children_cpu() - before
         ends = _stamps(stamps, "e")
         assert rc == 0 and len(ends) == n, (rc, len(ends))
-        cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         return {"wall_s": end - t0, "start_s": max(_stamps(stamps, "s")) - t0,
                 "teardown_s": end - max(ends), "cpu_s": cpu, "cpu_per_task_ms": 1000 * cpu / n,
                 "pss_mib": pss, "pss_per_task_mib": pss / n, "idle_cores": idle}
 
 
-ROLES = {"tfyarn-launcher": "launchers", "tfyarn-forks": "fork_server",
-         "tfyarn-driver": "driver"}  # what each forked process is named (ps -o comm)
+ROLES = {"tfyarn-forks": "fork_server", "tfyarn-driver": "driver"}  # their ps -o comm names
 TASK_ANCHOR = """
 import os, subprocess, sys
 procs = [subprocess.Popen(["setpriv", "--pdeathsig", "KILL", "--", "bash", "-c", sys.argv[1]],
@@ -500,15 +497,20 @@ with tempfile.TemporaryDirectory() as d:
 """
 
 
-def _reaped_cpu(argv: list[str], env: dict[str, str]) -> float:
-    """CPU seconds of `argv` and everything below it, reaped (getrusage)."""
+def _children_cpu() -> float:
+    """CPU seconds of every child this process has reaped so far, and theirs (getrusage)."""
     import resource
 
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def _reaped_cpu(argv: list[str], env: dict[str, str]) -> float:
+    """CPU seconds of `argv` and everything below it, reaped."""
+    before = _children_cpu()
     subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.DEVNULL)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return _children_cpu() - before
 
 
 def _cpu_and_reaped(pid: int) -> tuple[float, float]:
@@ -522,14 +524,15 @@ def _cpu_and_reaped(pid: int) -> tuple[float, float]:
 
 
 def cpu_split(n: int) -> dict[str, float]:
-    """Where a local N-task job's CPU goes (#46). The driver and the fork server are
-    sampled every 0.1 s while the job runs: each one's own CPU and its reaped children's.
-    The fork server reaps the launchers, and they their tasks: the launchers' CPU is the
-    server's reaped total less the same N commands Popen'ed alone with the launchers'
-    death signal (`tasks_alone_s`); the client's, the job's whole reaped CPU less the
-    rest. The floor of a process per task: a fork server's N children that do nothing
-    (`fork_floor_s`: a fork of the launchers' imports, its exit, its reaping)."""
-    import resource
+    """Where a local N-task job's CPU goes (#46). The client, the driver (with what it
+    reaped) and the fork server (without the launchers it reaped) are sampled every 0.1 s
+    while the job runs, each process living to the job's end. The launchers' CPU is the
+    job's whole reaped CPU less theirs and less the same N commands Popen'ed alone with
+    the launchers' death signal (`tasks_alone_s`). (The fork server's reaped total was
+    the first way: it exits right after its last child, often between two samples, and
+    small jobs came out negative.) The floor of a process per task: a fork server's N
+    children that do nothing (`fork_floor_s`: a fork of the launchers' imports, its exit,
+    its reaping)."""
     import threading
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -537,7 +540,7 @@ def cpu_split(n: int) -> dict[str, float]:
         os.mkdir(stamps)
         env = {**os.environ, "STAMPS": stamps, "TMPDIR": tmp}
         seen: dict[int, tuple[str, float, float]] = {}
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        before = _children_cpu()
         proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker",
                                  "-wn", str(n), "--local", "-c", SCALE_CMD], env=env,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -545,13 +548,15 @@ def cpu_split(n: int) -> dict[str, float]:
 
         def sample() -> None:
             while not done.is_set():
+                with contextlib.suppress(OSError, IndexError, ValueError):
+                    seen[proc.pid] = ("client", _cpu_of([proc.pid]), 0.0)
                 todo = _kids(proc.pid)
                 while todo:
                     pid = todo.pop()
                     try:
                         with open(f"/proc/{pid}/comm") as f:
                             role = ROLES.get(f.read().strip())
-                        if role in ("driver", "fork_server"):
+                        if role is not None:
                             seen[pid] = (role, *_cpu_and_reaped(pid))
                     except (OSError, IndexError, ValueError):
                         continue
@@ -562,18 +567,15 @@ def cpu_split(n: int) -> dict[str, float]:
         proc.wait()
         done.set()
         sampler.join()
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    total = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    of = {role: [(own, reaped) for r, own, reaped in seen.values() if r == role]
-          for role in ("driver", "fork_server")}
-    server_own, below_server = (sum(x) for x in zip(*of["fork_server"], strict=True))
-    driver = sum(own + reaped for own, reaped in of["driver"])
+        total = _children_cpu() - before
+    own = {role: sum(o + reaped for r, o, reaped in seen.values() if r == role)
+           for role in ("client", "driver")}
+    own["fork_server"] = sum(o for r, o, _ in seen.values() if r == "fork_server")
     with tempfile.TemporaryDirectory() as stamps:
         tasks = _reaped_cpu([sys.executable, "-c", TASK_ANCHOR, SCALE_CMD, str(n)],
                             {**os.environ, "STAMPS": stamps})
-    out = {"total": total, "client": total - server_own - below_server - driver,
-           "driver": driver, "fork_server": server_own,
-           "launchers": below_server - tasks, "tasks_alone_s": tasks}
+    out = {"total": total, **own, "launchers": total - sum(own.values()) - tasks,
+           "tasks_alone_s": tasks}
     out["fork_floor_s"] = _reaped_cpu([sys.executable, "-c", FORK_FLOOR, str(n)],
                                       dict(os.environ))
     return {k: round(v, 3) for k, v in out.items()}
