@@ -792,3 +792,25 @@ def test_batches_are_numpy_columns_of_the_share_without_tensorflow(spark, tmp_pa
     got = json.loads(out.stdout)
     want = [[i, i / 2, "" if i % 3 == 0 else "k", [i, i]] for i in range(100)]
     assert got["parquet"] == want and got["tfrecord"] == want
+
+
+def test_a_manifest_read_torn_by_its_replacement_is_read_again_and_a_bad_one_still_fails():
+    """A streamed write replaces its manifest while tasks read it; a read cut short (as
+    CI saw: the JSON cut at a line end among the shards) is read again, and the first
+    whole one wins; a manifest that never parses is still its error, after
+    MANIFEST_READS reads."""
+    from tfyarn.data.manifest import STREAMED, Column, Manifest
+
+    shards = tuple(Shard(f"gen/part-{i:05d}.tfrecord", 100 + i, 4096 + i, i) for i in range(40))
+    whole = Manifest("tfrecord", (Column("age", "int64", False),), shards,
+                     STREAMED, sealed=False).to_json()
+    torn = whole[:whole.index("\n", len(whole) // 2) + 1]
+    with pytest.raises(SpecError):  # what the worker in CI was given, once
+        Manifest.from_json(torn)
+    reads = iter([torn, torn, whole])
+    assert read.first_whole(lambda: next(reads), "m") == Manifest.from_json(whole)
+    assert next(reads, None) is None
+    reads = iter([torn] * read.MANIFEST_READS)
+    with pytest.raises(SpecError, match=r"^m: not a tfyarn dataset manifest \(Expecting"):
+        read.first_whole(lambda: next(reads), "m")
+    assert next(reads, None) is None

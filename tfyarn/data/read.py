@@ -24,7 +24,7 @@ import os
 import sys
 import time
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import IO, Any
 
 from tfyarn.core.errors import SpecError, TfYarnError
@@ -38,6 +38,7 @@ SCHEMA_VAR = "TFYARN_DATA_SCHEMA"  # the first one's columns (JSON)
 FOLLOW_VAR = "TFYARN_DATA_FOLLOW_S"  # a streamed dataset that grows not for this long fails
 CHUNK_BYTES = 8 << 20  # TFRecord bytes the C decoder is given at once
 ROWS_AT_ONCE = 4096  # rows() decodes this many at a time
+MANIFEST_READS = 4  # reads of a manifest before one that does not parse is its error
 
 
 class WriteFailed(TfYarnError):
@@ -121,14 +122,39 @@ def manifest(path: str, login: Any = None) -> Manifest:
     """The committed manifest of the dataset at `path`; none means not a dataset (yet).
     `login`: the client's Kerberos login (a `spnego.Negotiator`), where it has a keytab."""
     where = f"{path.rstrip('/')}/{NAME}"
-    try:
-        with open_file(where, login) as f:
-            text = f.read()
-    except (FileNotFoundError, OSError) as exc:
-        raise SpecError(f"{path}: no committed dataset ({NAME} missing: {exc}); write it "
-                        "with tfyarn.data.spark.write (a write that died commits nothing)")\
-            from None
-    return Manifest.from_json(text.decode() if isinstance(text, bytes) else text, where)
+
+    def read() -> str:
+        try:
+            with open_file(where, login) as f:
+                return _to_eof(f).decode()
+        except (FileNotFoundError, OSError) as exc:
+            raise SpecError(f"{path}: no committed dataset ({NAME} missing: {exc}); write "
+                            "it with tfyarn.data.spark.write (a write that died commits "
+                            "nothing)") from None
+
+    return first_whole(read, where)
+
+
+def first_whole(read: Callable[[], str], where: str, tries: int = MANIFEST_READS) -> Manifest:
+    """The manifest of the first of `tries` reads that parses. A streamed write replaces
+    the manifest while tasks follow it, and HDFS served one task a read that spanned the
+    replacement torn (CI: a JSON cut at a line end mid-shard, a worker failed at start);
+    a committed manifest always parses, so a read that does not is read again, and one
+    that never parses is the error it says."""
+    for _ in range(tries - 1):
+        text = read()
+        with contextlib.suppress(SpecError):  # torn: read it again
+            return Manifest.from_json(text, where)
+    return Manifest.from_json(read(), where)
+
+
+def _to_eof(f: IO[bytes]) -> bytes:
+    """Everything up to EOF through one open handle: never a separate stat's length (a
+    TF GFile's read() asks the path's length apart from the handle it reads)."""
+    parts = []
+    while chunk := f.read(1 << 20):
+        parts.append(chunk if isinstance(chunk, bytes) else chunk.encode())
+    return b"".join(parts)
 
 
 class StreamShare:
