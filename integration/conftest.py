@@ -2,10 +2,17 @@
 
 Every application a test submits is killed at teardown if still alive, and its
 `yarn logs` are printed when the test failed.
+Tests share the cluster only where marked `concurrent` (audited: nothing of theirs sees
+another test's applications, JVMs, nodes or capacity); every other test, and any marked
+`exclusive`, runs alone (a file lock, writers first), so `-n 2` (pytest-xdist, CI's
+`--dist loadgroup`) overlaps only those. A test must not be marked concurrent while it
+lists the cluster's applications, kills nodes or daemons, or starts a warm skein driver.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
@@ -14,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,13 +37,25 @@ APP_ID = re.compile(r"^application_\d+_\d+$")
 
 def pytest_configure(config: pytest.Config) -> None:
     interrupting.as_from_a_terminal()
+    config.addinivalue_line("markers", "concurrent: may share the cluster with another "
+                            "test (-n 2); unmarked tests run alone")
+    config.addinivalue_line("markers", "exclusive: runs alone, in a concurrent file")
 
 
 def pytest_addoption(parser):
     parser.addoption("--yarn", action="store_true", help="run tests against a real YARN cluster")
 
 
+def alone(item: pytest.Item) -> bool:
+    return item.get_closest_marker("concurrent") is None or \
+        item.get_closest_marker("exclusive") is not None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    for item in items:  # a file's tests that run alone stay in one worker: its fixtures once
+        if alone(item) and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     if config.getoption("--yarn"):
         if not os.environ.get("HADOOP_CONF_DIR"):
             raise pytest.UsageError("--yarn needs HADOOP_CONF_DIR (see integration/README.md)")
@@ -49,6 +69,30 @@ def pytest_collection_modifyitems(config, items):
 def pytest_runtest_makereport(item, call):
     outcome = yield
     setattr(item, f"rep_{call.when}", outcome.get_result())
+
+
+@contextlib.contextmanager
+def cluster_share(exclusive: bool) -> Iterator[None]:
+    """The cluster, shared (flock LOCK_SH) or alone (LOCK_EX) among this checkout's test
+    processes. A turnstile, held by an exclusive test while it waits, stops new shared
+    ones, so it waits for the running ones only (flock alone lets readers starve it)."""
+    lock_dir = REPO / "build"
+    lock_dir.mkdir(mode=0o700, exist_ok=True)
+    with open(lock_dir / ".cluster-turnstile.lock", "a") as gate, \
+            open(lock_dir / ".cluster-share.lock", "a") as share:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(share, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        yield  # closing `share` releases it
+
+
+@pytest.fixture(autouse=True)
+def _the_cluster(request) -> Iterator[None]:
+    """Autouse, so first set up and last torn down: a test's apps are gone when it lets go."""
+    with cluster_share(alone(request.node)):
+        yield
 
 
 def yarn_cli(*args: str, timeout: float = 120) -> str:

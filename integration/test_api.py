@@ -13,6 +13,8 @@ from conftest import final_state, node_processes, wait_until
 import tfyarn
 from tfyarn.protocol.taskstate import State
 
+pytestmark = pytest.mark.concurrent  # may share the cluster (integration/conftest.py)
+
 
 @pytest.fixture
 def submitted(apps):

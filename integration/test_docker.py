@@ -23,7 +23,9 @@ from conftest import aggregated_logs, final_state, node_processes, wait_until
 
 from tfyarn.runtime import docker
 
-pytestmark = pytest.mark.yarn
+# may share the cluster (integration/conftest.py): its checks are of its own applications'
+# containers (by label); one worker of -n 2 builds the image
+pytestmark = [pytest.mark.yarn, pytest.mark.concurrent, pytest.mark.xdist_group("docker")]
 SMALL = ["-pm", "512", "-wm", "512"]
 
 

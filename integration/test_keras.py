@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from conftest import REPO, aggregated_logs
+
+pytestmark = pytest.mark.concurrent  # may share the cluster (integration/conftest.py)
 
 EXAMPLE = REPO / "examples" / "keras"
 SIZE = ("-wc", "1", "-wm", "1024", "-pc", "1", "-pm", "1024")

@@ -35,7 +35,7 @@ from conftest import (
 from tfyarn.client import kerberos, rm
 from tfyarn.hdfs import siteconf, spnego
 
-pytestmark = pytest.mark.yarn
+pytestmark = [pytest.mark.yarn, pytest.mark.concurrent]  # integration/conftest.py
 SMALL = ["-pm", "768", "-wm", "768"]
 
 
@@ -96,6 +96,7 @@ def one_error(out: subprocess.CompletedProcess) -> str:
     return errors[0]
 
 
+@pytest.mark.exclusive  # counts the cluster's applications
 def test_without_a_ticket_the_cluster_refuses_and_el_submit_says_what_to_run(tmp_path):
     bare = no_ticket(tmp_path)
     hdfs = subprocess.run(["hdfs", "dfs", "-ls", "/"], capture_output=True, text=True, env=bare)
@@ -171,6 +172,7 @@ def _stale_keytab(tmp_path: Path) -> tuple[str, Path]:
     return principal, keytab
 
 
+@pytest.mark.exclusive  # counts the cluster's applications
 def test_a_bad_keytab_is_one_error_naming_the_principal_and_nothing_is_submitted(tmp_path):
     bare = no_ticket(tmp_path)
     before = app_count()

@@ -114,6 +114,7 @@ def one_program_census(apps, fault, restarted: str) -> None:
     subprocess.run(["hdfs", "dfs", "-rm", "-r", "-f", ckpt], capture_output=True, timeout=120)
 
 
+@pytest.mark.concurrent  # its own app's worker; the others list the cluster's apps or kill a node
 def test_one_program_census_trains_while_spark_writes_and_a_killed_worker_loses_no_row(apps):
     from conftest import launcher_pid
 

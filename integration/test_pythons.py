@@ -22,9 +22,12 @@ from pathlib import Path
 
 import pytest
 from conftest import APP_ID, REPO, final_state
+from venvs import one_build
 
 from tfyarn.protocol.skeinlink import TFYARNS_SKEIN
 
+# may share the cluster (integration/conftest.py); one worker of -n 2 builds the venvs
+pytestmark = [pytest.mark.concurrent, pytest.mark.xdist_group("pythons")]
 VERSIONS = ("3.10", "3.12", "3.13")
 
 
@@ -56,8 +59,9 @@ def venvs(tmp_path_factory):
         if version not in made:
             path = tmp_path_factory.mktemp(f"py{version}") / "venv"
             subprocess.run([python(version), "-m", "venv", str(path)], check=True)
-            out = subprocess.run([str(path / "bin" / "pip"), "install", "-q", wheel, "-e",
-                                  str(REPO)], capture_output=True, text=True, timeout=900)
+            with one_build():  # -e builds metadata in the tree, as small_venv builds
+                out = subprocess.run([str(path / "bin" / "pip"), "install", "-q", wheel, "-e",
+                                      str(REPO)], capture_output=True, text=True, timeout=900)
             assert out.returncode == 0, out.stdout + out.stderr
             made[version] = path
         return made[version]

@@ -17,6 +17,8 @@ from conftest import final_state, wait_until
 
 from tfyarn.protocol.skeinlink import tfyarns_skein
 
+pytestmark = pytest.mark.concurrent  # may share the cluster (integration/conftest.py)
+
 RM = "http://127.0.0.1:8088/ws/v1/cluster"
 # Attempt 1 kills its own ApplicationMaster (the driver's parent JVM), as a lost node
 # would; attempt 2 reports what it was told, and the version of the jar it runs from

@@ -23,6 +23,8 @@ import pytest
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import App
 
+pytestmark = pytest.mark.concurrent  # may share the cluster (integration/conftest.py)
+
 ROUNDS = 1000  # gangs' feeds made and dropped while puts flow (before: failed by ~150)
 FIRST_GANG = 1000  # far from the running job's own gang 0
 

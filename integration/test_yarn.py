@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 from conftest import (
@@ -27,7 +28,7 @@ from conftest import (
 from tfyarn.hdfs import plugin as hdfs
 from tfyarn.hdfs import siteconf
 
-pytestmark = pytest.mark.yarn
+pytestmark = [pytest.mark.yarn, pytest.mark.concurrent]
 SMALL = ["-pm", "1024", "-wm", "1024"]
 JVM_LINE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (INFO|WARN|ERROR) ", re.M)  # log4j's
 # -ppn 2: two ranks (torch or TF, ~550 MB each) share a container, which the NodeManager
@@ -362,7 +363,7 @@ def hdfs_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 @pytest.fixture
 def hdfs_dir():
     """A fresh dir on the cluster's HDFS, removed afterwards."""
-    path = f"/tmp/tfyarn-it-{int(time.time() * 1000)}"
+    path = f"/tmp/tfyarn-it-{uuid.uuid4().hex[:12]}"  # two tests may start at once
     assert hdfs_cli("-mkdir", "-p", path).returncode == 0
     yield path
     hdfs_cli("-rm", "-r", "-f", "-skipTrash", path)
@@ -810,6 +811,7 @@ def test_logs_follow_a_running_app(el_submit):
 SOAK_JOBS = 24
 
 
+@pytest.mark.exclusive  # a warm skein driver, the user's one
 def test_a_soak_of_short_jobs_has_no_failure(apps, tmp_path):
     """24 short two-task jobs, four at a time: the random SIGABRT / TLS corruption of
     starting tasks under live gRPC channels killed about one job in six. The defect was
@@ -931,7 +933,6 @@ def test_census_from_spark_on_yarn_trains_from_hdfs(apps, tmp_path):
     YARN is the pl_submit test's and the libhdfs write test's, and its start cost a CI
     minute); el_submit --data trains census on them with two MultiWorkerMirroredStrategy
     workers, each reading its own share, to >= 0.84."""
-    import uuid
 
     out = f"hdfs:///tmp/tfyarn-census-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
@@ -975,7 +976,6 @@ def test_spark_executors_on_yarn_write_through_hadoops_client(tmp_path):
     """Where WebHDFS cannot serve (here: turned off; also s3a://, Kerberos), Spark's
     executors in YARN containers write TFRecord through libhdfs, finding Hadoop from
     what YARN gives a container; every row is there once."""
-    import uuid
 
     from tfyarn.data import read
 
@@ -988,8 +988,8 @@ def test_spark_executors_on_yarn_write_through_hadoops_client(tmp_path):
     hdfs_cli("-rm", "-r", "-f", url)
 
 
+@pytest.mark.exclusive  # counts the cluster's applications
 def test_data_that_is_not_committed_is_refused_before_submitting(tmp_path):
-    import uuid
 
     bare = f"/tmp/tfyarn-uncommitted-{uuid.uuid4().hex[:8]}"
     subprocess.run(["hdfs", "dfs", "-mkdir", "-p", f"{bare}/.tfyarn-x"], check=True,
@@ -1028,6 +1028,7 @@ def _conf_read(pid: int) -> str:
     return argv[argv.index("-cp") + 1].split(os.pathsep)[0]
 
 
+@pytest.mark.exclusive  # counts the machine's skein JVMs
 def test_driver_stop_leaves_the_sites_configuration_it_read_as_it_is(tmp_path):
     """No HADOOP_CONF_DIR: the Hadoop install's etc/hadoop is the configuration. When tfyarn
     cannot amend its hdfs-site.xml, the warm skein driver reads that dir itself, and `tfyarn
@@ -1105,6 +1106,7 @@ def _parent(pid: int) -> int:
         return int(f.read().rsplit(")", 1)[1].split()[1])
 
 
+@pytest.mark.exclusive  # a warm skein driver, the user's one; counts the machine's skein JVMs
 def test_a_warm_driver_serves_submit_status_and_kill_without_a_new_jvm(el_submit):
     """`tfyarn skein-driver start`: then el_submit, status and kill start no skein driver of
     their own (each would be a JVM); `tfyarn skein-driver stop` ends it."""

@@ -3,13 +3,26 @@ integration suites (a packed env for -m virtual-env, a caller of tfyarn.run)."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import site
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@contextlib.contextmanager
+def one_build() -> Iterator[None]:
+    """One pip build of this tree at a time among the test processes (-n 2): setuptools
+    builds in REPO/build and REPO/*.egg-info, which two builds at once would share."""
+    (REPO / "build").mkdir(mode=0o700, exist_ok=True)
+    with open(REPO / "build" / ".venv-build.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def small_venv(where: Path) -> Path:
@@ -23,8 +36,10 @@ def small_venv(where: Path) -> Path:
                              capture_output=True, text=True, check=True).stdout.strip()
     runner_sites = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]
     Path(purelib).joinpath("runner.pth").write_text("\n".join(runner_sites) + "\n")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                    "--target", purelib, str(REPO)], check=True, capture_output=True)
+    with one_build():
+        subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps",
+                        "--no-build-isolation", "--target", purelib, str(REPO)], check=True,
+                       capture_output=True)
     check = subprocess.run([str(venv / "bin" / "python"), "-c",  # not from the repo's cwd:
                             "import tfyarn, skein; print(tfyarn.__file__)"],  # '' is sys.path[0]
                            capture_output=True, text=True, cwd=where)
