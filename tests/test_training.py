@@ -302,3 +302,25 @@ def test_the_line_says_a_new_attempt_has_not_reported_yet(tmp_path):
     assert out.getvalue().splitlines() == [
         "tfyarn: training: step 7/70 · 2.0 steps/s · loss 0.5 · ETA 31 s · attempt 1/2",
         "tfyarn: training: attempt 2/2: no step reported yet"]
+
+
+def test_the_series_kept_follow_task_order_as_tasks_first_report_late():
+    """A gang's first 16 tasks in task order keep series, whichever reported first: the
+    order is taken again whenever a task reports for the first time (not every tick),
+    and a log restored from what was kept (a later AM attempt) takes it too."""
+    from tfyarn.core.policy import SERIES_TASKS
+
+    def tick(log: StepLog, step: int, indexes) -> None:
+        log.observe({Task("worker", i): StepReport(step, float(step), 1.0, {}, 0, 0.0)
+                     for i in indexes})
+
+    log = StepLog()
+    tick(log, 1, range(10, 30))
+    assert sorted(log.series) == sorted(f"worker:{i}" for i in range(10, 26))
+    tick(log, 2, range(10, 30))
+    tick(log, 3, range(0, 30))  # worker:0-9 start late: they displace worker:16-25
+    assert set(log.series) == {f"worker:{i}" for i in range(SERIES_TASKS)}
+    again = StepLog.of(log.kept())
+    tick(again, 4, range(30, 32))
+    assert set(again.series) == {f"worker:{i}" for i in range(SERIES_TASKS)}
+    assert [len(again.series[f"worker:{i}"].steps) for i in (0, 10)] == [1, 3]
