@@ -12,7 +12,6 @@ lists the cluster's applications, kills nodes or daemons, or starts a warm skein
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -27,9 +26,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))  # the one process-table reader of the checks
+sys.path.insert(0, str(REPO / "tests"))  # the process-table reader and locks the checks share
 import interrupting  # noqa: E402
 import proctable  # noqa: E402
+from locks import held  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "adult"
 APP_ID = re.compile(r"^application_\d+_\d+$")
@@ -76,16 +76,10 @@ def cluster_share(exclusive: bool) -> Iterator[None]:
     """The cluster, shared (flock LOCK_SH) or alone (LOCK_EX) among this checkout's test
     processes. A turnstile, held by an exclusive test while it waits, stops new shared
     ones, so it waits for the running ones only (flock alone lets readers starve it)."""
-    lock_dir = REPO / "build"
-    lock_dir.mkdir(mode=0o700, exist_ok=True)
-    with open(lock_dir / ".cluster-turnstile.lock", "a") as gate, \
-            open(lock_dir / ".cluster-share.lock", "a") as share:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(share, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        yield  # closing `share` releases it
+    with contextlib.ExitStack() as share:
+        with held("cluster-turnstile"):
+            share.enter_context(held("cluster-share", shared=not exclusive))
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -933,7 +933,6 @@ def test_census_from_spark_on_yarn_trains_from_hdfs(apps, tmp_path):
     YARN is the pl_submit test's and the libhdfs write test's, and its start cost a CI
     minute); el_submit --data trains census on them with two MultiWorkerMirroredStrategy
     workers, each reading its own share, to >= 0.84."""
-
     out = f"hdfs:///tmp/tfyarn-census-{uuid.uuid4().hex[:8]}"
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     prep = subprocess.run([sys.executable, str(REPO / "examples" / "census_spark" / "prepare.py"),
@@ -976,7 +975,6 @@ def test_spark_executors_on_yarn_write_through_hadoops_client(tmp_path):
     """Where WebHDFS cannot serve (here: turned off; also s3a://, Kerberos), Spark's
     executors in YARN containers write TFRecord through libhdfs, finding Hadoop from
     what YARN gives a container; every row is there once."""
-
     from tfyarn.data import read
 
     url = f"hdfs:///tmp/tfyarn-jni-{uuid.uuid4().hex[:8]}"
@@ -990,7 +988,6 @@ def test_spark_executors_on_yarn_write_through_hadoops_client(tmp_path):
 
 @pytest.mark.exclusive  # counts the cluster's applications
 def test_data_that_is_not_committed_is_refused_before_submitting(tmp_path):
-
     bare = f"/tmp/tfyarn-uncommitted-{uuid.uuid4().hex[:8]}"
     subprocess.run(["hdfs", "dfs", "-mkdir", "-p", f"{bare}/.tfyarn-x"], check=True,
                    capture_output=True, timeout=120)  # a write that died: no manifest

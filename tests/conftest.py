@@ -63,11 +63,9 @@ def sandbox() -> dict[str, str]:
     to export, plus CLASSPATH (`hadoop classpath --glob`) and LD_LIBRARY_PATH with libjvm,
     which libhdfs needs. One pytest process at a time runs `start` (the suite's workers
     run side by side: the first starts it, the others find it running)."""
-    import fcntl
+    from locks import held
 
-    (REPO / "build").mkdir(exist_ok=True)
-    with open(REPO / "build" / ".sandbox-fixture.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with held("sandbox-fixture"):
         out = subprocess.run([str(REPO / "scripts" / "yarn-sandbox"), "start"],
                              capture_output=True, text=True, timeout=900,
                              env={**os.environ, "SANDBOX_PYTHON": sys.executable})

@@ -4,25 +4,21 @@ integration suites (a packed env for -m virtual-env, a caller of tfyarn.run)."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import site
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterator
 from pathlib import Path
+
+from locks import held
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-@contextlib.contextmanager
-def one_build() -> Iterator[None]:
+def one_build() -> contextlib.AbstractContextManager[None]:
     """One pip build of this tree at a time among the test processes (-n 2): setuptools
     builds in REPO/build and REPO/*.egg-info, which two builds at once would share."""
-    (REPO / "build").mkdir(mode=0o700, exist_ok=True)
-    with open(REPO / "build" / ".venv-build.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+    return held("venv-build")
 
 
 def small_venv(where: Path) -> Path:
