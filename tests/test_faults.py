@@ -22,6 +22,7 @@ from conftest import job_processes
 # A task that leaves a setsid'ed daemon behind and then waits: the daemon is what
 # escapes process-group kills, so it is what the containment must still find.
 DAEMON = 'setsid sleep 300 & sleep 300'
+ONE_PER_CONTAINER = {"TFYARN_LOCAL_LAUNCHER_TASKS": "1"}  # a launcher's death loses one
 
 
 def start(tmp_path: Path, *args: str, env: dict | None = None) -> tuple[subprocess.Popen, str]:
@@ -106,10 +107,12 @@ def nothing_left(job_id: str, timeout: float = 20) -> None:
 def test_sigkill_of_a_launcher_fails_the_job_and_leaves_nothing(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--local", "-c", DAEMON)
     wait_for(lambda: len(running(job, "sleep 300")) >= 4, what="2 tasks with their daemons")
-    os.kill(launcher_pid(job, "worker:1"), signal.SIGKILL)
-    _, err = proc.communicate(timeout=60)  # the other task sleeps 300 s: it was stopped
+    launcher = launcher_pid(job, "worker:1")
+    assert launcher == launcher_pid(job, "worker:0")  # locally one launcher serves both
+    os.kill(launcher, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1, err
-    assert "worker:1: launcher lost (its launcher process died (killed by SIGKILL)" in err
+    assert "worker:0: launcher lost (its launcher process died (killed by SIGKILL)" in err
     nothing_left(job)  # the setsid'ed daemons included: the client ended them
 
 
@@ -141,7 +144,7 @@ def test_a_killed_launchers_daemons_are_gone_before_the_new_gang_runs(tmp_path):
 
 def test_frozen_launcher_is_lost_after_the_heartbeat_timeout(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "2", "--heartbeat-timeout",
-                      "5", "--local", "-c", "sleep 300")
+                      "5", "--local", "-c", "sleep 300", env=ONE_PER_CONTAINER)
     wait_for(lambda: len(running(job, "sleep 300")) >= 2, what="2 tasks")
     os.kill(launcher_pid(job, "worker:0"), signal.SIGSTOP)
     _, err = proc.communicate(timeout=60)  # a frozen launcher never reports: not waited for
@@ -160,7 +163,7 @@ def test_task_exiting_1_after_its_launcher_died_is_never_a_success(tmp_path):
     cmd = (f'if [ "$TFYARN_TASK_TYPE" = chief ]; then {wait}exit 0; fi; '
            f'if [ "$TFYARN_TASK_TYPE" = worker ]; then {wait}exit 1; fi; sleep 300')
     proc, job = start(tmp_path, "-t", "tensorflow-ps", "-wn", "2", "-x", "True", "--local",
-                      "-c", cmd)
+                      "-c", cmd, env=ONE_PER_CONTAINER)
     wait_for(lambda: len(running(job, "until [ -e")) >= 2, what="chief and worker waiting")
     os.kill(launcher_pid(job, "worker:0"), signal.SIGKILL)
     (go / "worker").touch()

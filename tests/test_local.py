@@ -162,3 +162,42 @@ def test_broken_env_archive_leaves_nothing(el_submit, tmp_path):
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.startswith("Error: -m_arg: cannot unpack")
     assert list(el_submit.tmpdir.iterdir()) == []
+
+
+def test_one_launcher_serves_the_gangs_containers_each_with_its_dir_and_log(el_submit):
+    """#46: locally one launcher process serves a group of the gang's containers; each
+    container still has its own working dir, its own log file (its task's output and
+    what tfyarn says of that task, nothing of the others) and its own [task] prefix."""
+    cmd = 'echo "OUT $TFYARN_TASK_INDEX $PPID $PWD"; echo "ERR $TFYARN_TASK_INDEX" >&2'
+    out = el_submit("-t", "tensorflow-worker", "-wn", "3", "--local", "-c", cmd,
+                    env={"TFYARN_KEEP_JOB_DIR": "1"})
+    assert out.returncode == 0, out.stderr
+    job = out.stdout.strip()
+    root = next(el_submit.tmpdir.glob(f"tfyarn-*/{job}"))
+    parents = set()
+    for i in range(3):
+        line = next(x for x in out.stderr.splitlines() if x.startswith(f"[worker:{i}] OUT"))
+        _, _, index, parent, cwd = line.split(" ", 4)
+        assert index == str(i) and cwd == str(root / "tasks" / f"worker-{i}"), line
+        parents.add(parent)
+        log = (root / "logs" / f"worker-{i}.log").read_text()
+        assert f"OUT {i} " in log and f"ERR {i}\n" in log, log
+        assert f"worker:{i}: registered at" in log and f"worker:{i}: exit code 0" in log, log
+        others = [j for j in range(3) if j != i]
+        assert not any(f"worker:{j}:" in log or f"OUT {j} " in log for j in others), log
+    assert len(parents) == 1  # the same launcher process started all three
+
+
+def test_launcher_groups_keep_to_their_tasks_and_open_files():
+    from tfyarn.client.localprocs import hosting
+    from tfyarn.core.jobspec import JobSpec, Resources, Role
+
+    spec = JobSpec("t", "tensorflow-worker", (Role("worker", 10, Resources(1024, 1)),), "true")
+    sizes = [len(g) for g in hosting(spec.containers(), 4, 1024)]
+    assert sizes == [4, 4, 2]
+    # 64 open files: half for the containers, 5 each (two for its log, three a task)
+    assert [len(g) for g in hosting(spec.containers(), 64, 64)] == [6, 4]
+    assert [len(g) for g in hosting(spec.containers(), 1, 1 << 20)] == [1] * 10
+    big = JobSpec("t", "tensorflow-worker", (Role("worker", 8, Resources(1024, 1)),), "true",
+                  tasks_per_container=4)
+    assert [len(g) for g in hosting(big.containers(), 2, 1024)] == [1, 1]  # never empty

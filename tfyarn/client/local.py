@@ -98,7 +98,9 @@ class LocalJob:
             say(f"job {self.job_id}: {plural(len(self.spec.tasks()), 'task')}, dir {jd.root}")
             terminal = getattr(sys.stderr, "buffer", None)  # None when stderr is closed
             terminal = self.line.above(terminal) if self.line is not None else terminal
-            procs, wake = Procs(jd, docker=docker_options), None
+            procs = Procs(jd, docker=docker_options,
+                          per_launcher=self.settings.launcher_tasks)
+            wake = None
             try:
                 start_all(self.spec, procs, env, self.interrupts, gpus, terminal)
                 wake = Wake(jd.kv_root)  # after the forks: no child inherits its descriptors

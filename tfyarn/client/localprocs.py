@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -58,10 +58,11 @@ class Procs:
     attempt: int = 0  # ... and its attempt (locally always the same number)
     tensorboard: subprocess.Popen | None = None  # the side task, with -enable_tensorboard
     docker: list[str] = field(default_factory=list)  # -m docker: the launchers' options
+    per_launcher: int = 64  # the most tasks one launcher serves (TFYARN_LOCAL_LAUNCHER_TASKS)
 
     def all(self) -> list[Process]:
-        return [p for p in (self.driver, self.tensorboard, *self.launchers.values(),
-                            self.forks.proc if self.forks else None) if p is not None]
+        return unique(p for p in (self.driver, self.tensorboard, *self.launchers.values(),
+                                  self.forks.proc if self.forks else None) if p is not None)
 
     def show(self, path: str, prefix: str) -> None:
         if self.follower is not None:
@@ -156,38 +157,81 @@ def check_tensorboard(spec: JobSpec, env: Mapping[str, str]) -> None:
 
 def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts: Interrupts,
                     gpus: dict[str, str]) -> None:
-    """One launcher per container for the gang in `procs.gang`, forked by the
-    job's fork server (all asked for at once; none waits for another's start); stops
-    asking as soon as a signal came. A one-task container's lines are prefixed `[task] `
-    here; a launcher of several prefixes each process's lines itself. A restarted
-    container appends to the same log file."""
+    """The launchers of the gang in `procs.gang`, forked by the job's fork server (all
+    asked for at once; none waits for another's start); stops asking as soon as a signal
+    came. Each serves up to `procs.per_launcher` tasks' containers (#46: a process per
+    container cost 14 ms of CPU a task), each container with its own dir and log file; with -m
+    docker one container each (its watchdog removes its docker containers). A one-task
+    container's lines are prefixed `[task] ` here; a container of several has each
+    process's lines prefixed by its launcher. A restarted container appends to the same
+    log file."""
     jd, forks = procs.jd, procs.forks
     assert forks is not None
+    each = ["--job", jd.job_json, "--kv", jd.kv_url, "--attempt", str(procs.attempt),
+              "--gang", str(procs.gang)]
     procs.launchers = {}
-    for c in spec.containers():
+    for group in hosting(spec.containers(), 1 if procs.docker else procs.per_launcher,
+                         open_files_limit()):
         if interrupts.count:
             break
-        tasks = ",".join(str(t) for t in c.tasks)
-        log = jd.log_path(c.name)
-        procs.launchers[c] = forks.spawn(
-            ["--job", jd.job_json, "--tasks", tasks, "--kv", jd.kv_url, "--gpus",
-             gpus[c.name], "--attempt", str(procs.attempt), "--gang", str(procs.gang),
-             # -m docker: a task's container is the docker daemon's child, which only a
-             # watchdog outliving a SIGKILLed el_submit and launcher can remove
-             *(procs.docker or ["--no-watchdog"])],
-            jd.task_dir(c), log, name="tfyarn-launcher")
-        procs.show(log, f"[{c.tasks[0]}] " if len(c.tasks) == 1 else "")
-    for child in procs.launchers.values():
+        if procs.docker:
+            # -m docker: a task's container is the docker daemon's child, which only a
+            # watchdog outliving a SIGKILLed el_submit and launcher can remove
+            c = group[0]
+            argv = [*each, "--tasks", ",".join(str(t) for t in c.tasks),
+                    "--gpus", gpus[c.name], *procs.docker]
+        else:
+            argv = [*each, "--no-watchdog"]
+            for c in group:
+                argv += ["--container", ",".join(str(t) for t in c.tasks), jd.task_dir(c),
+                         jd.log_path(c.name), gpus[c.name]]
+        child = forks.spawn(argv, jd.task_dir(group[0]), jd.log_path(group[0].name),
+                            name="tfyarn-launcher")
+        for c in group:
+            procs.launchers[c] = child
+            procs.show(jd.log_path(c.name), f"[{c.tasks[0]}] " if len(c.tasks) == 1 else "")
+    for child in unique(procs.launchers.values()):
         child.started()
+
+
+def hosting(containers: Sequence[Container], most: int,
+            files: int) -> list[list[Container]]:
+    """The containers in launcher-sized groups, in order: at most `most` tasks a group
+    (one container at least), and within half the open-files limit each launcher has
+    (a container's log twice, three descriptors a task: its port, then its output
+    pipes)."""
+    groups: list[list[Container]] = []
+    tasks = fds = 0
+    for c in containers:
+        need = 2 + 3 * len(c.tasks)
+        if not groups or tasks + len(c.tasks) > most or fds + need > files // 2:
+            groups.append([])
+            tasks = fds = 0
+        groups[-1].append(c)
+        tasks, fds = tasks + len(c.tasks), fds + need
+    return groups
+
+
+def open_files_limit() -> int:
+    """The open-files limit the launchers inherit (this process's soft limit)."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return soft if soft != resource.RLIM_INFINITY else 1 << 20
+
+
+def unique(procs: Iterable[Process]) -> list[Process]:
+    """Each process once (a launcher serves several containers)."""
+    return list({id(p): p for p in procs}.values())
 
 
 def end_launchers(launchers: Mapping[Container, Process], job_id: str, gang: int,
                   timeout: float, docker: bool) -> None:
     """An earlier gang's launchers: they exit by themselves once they reported; one that
     did not in time is killed with its group, and what its tree left with it."""
-    wait_procs(launchers.values(), timeout)
+    wait_procs(unique(launchers.values()), timeout)
     left = {c: p for c, p in launchers.items() if p.poll() is None}
-    kill_groups(left.values())
+    kill_groups(unique(left.values()))
     for container, p in left.items():
         p.wait()
         end_leftovers(job_id, container, gang, docker)
@@ -237,7 +281,7 @@ class Wake:
             self.watch.release()
 
     def add(self, procs: Iterable[Process]) -> None:
-        for p in procs:
+        for p in unique(procs):
             try:
                 fd = os.pidfd_open(p.pid)
             except (OSError, AttributeError):  # too old a kernel, or out of descriptors
@@ -313,8 +357,9 @@ def reported(procs: Procs) -> list[Process]:
     """Launchers that published their exit record, so are about to exit by themselves;
     the others (frozen, or never told) are killed without waiting."""
     store = kvmod.Scoped(kvmod.open_kv(procs.jd.kv_url), procs.gang)
-    return [p for c, p in procs.launchers.items()
-            if all(store.get(kvmod.exit_key(t)) is not None for t in c.tasks)]
+    silent = {id(p) for c, p in procs.launchers.items()
+              if any(store.get(kvmod.exit_key(t)) is None for t in c.tasks)}
+    return [p for p in unique(procs.launchers.values()) if id(p) not in silent]
 
 
 def describe_rc(p: Process) -> str:
@@ -329,11 +374,12 @@ def report_dead_launchers(procs: Procs, store: kvmod.KV, job_id: str,
     running (launchers fork no watchdog locally). `ended`: the processes that ended
     (None: not known, look at every launcher). Each ending is handled once."""
     ended = None if ended is None else {p.pid for p in ended}
+    handled = set()  # a launcher serving several containers: each of them, then it
     for container, p in procs.launchers.items():
         if (ended is not None and p.pid not in ended) or p.pid in procs.ended \
                 or p.poll() is None:
             continue
-        procs.ended.add(p.pid)
+        handled.add(p.pid)
         if p.returncode != 0:
             end_leftovers(job_id, container, procs.gang, bool(procs.docker))
         for task in container.tasks:
@@ -341,3 +387,4 @@ def report_dead_launchers(procs: Procs, store: kvmod.KV, job_id: str,
                 store.put(kvmod.lost_key(task), TaskEnd(
                     None, f"its launcher process died ({describe_rc(p)}) before reporting",
                     lost=True, time=time.time()).to_json())
+    procs.ended |= handled

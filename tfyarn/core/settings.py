@@ -38,6 +38,9 @@ class Settings:
     history_dir: str | None = None  # TFYARN_HISTORY_DIR: where local jobs' pages are kept
     progress_s: float | None = None  # TFYARN_PROGRESS_S: the live line's plain lines off a
     # terminal this often (0: no live line at all); else timing.LIVE_PLAIN_S
+    launcher_tasks: int = 64  # TFYARN_LOCAL_LAUNCHER_TASKS: the most tasks one local
+    # launcher serves (1: a launcher per container, as on YARN, so that its death loses
+    # only its container's tasks)
 
     def cache_dirs(self) -> list[str]:
         """tfyarn's cache dirs, first usable wins: $TFYARN_CACHE; in a YARN container its
@@ -108,6 +111,8 @@ class Settings:
             token_file=e.get("HADOOP_TOKEN_FILE_LOCATION") or None,
             history_dir=e.get("TFYARN_HISTORY_DIR") or None,
             progress_s=_seconds(e.get("TFYARN_PROGRESS_S", "")),
+            launcher_tasks=max(1, int(e["TFYARN_LOCAL_LAUNCHER_TASKS"]))
+            if e.get("TFYARN_LOCAL_LAUNCHER_TASKS", "").isdigit() else 64,
         )
 
     def kerberos_env(self) -> dict[str, str]:

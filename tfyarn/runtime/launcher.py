@@ -1,6 +1,6 @@
-"""One launcher per container (`python -m tfyarn.runtime.launcher`), in YARN or as a local process.
+"""The launcher (`python -m tfyarn.runtime.launcher`): per container on YARN, per group locally.
 
-Owns one container's life: for each of its tasks (one, or k with -ppn/-wnpg) reserve a
+Owns a container's life: for each of its tasks (one, or k with -ppn/-wnpg) reserve a
 port and register host:port, send heartbeats, wait for the driver's cluster spec (and
 rank table for allreduce jobs), run the user command once per task as the launcher's
 own direct child with that task's env (TF_CONFIG or ranks, GPU devices), stop them when
@@ -8,7 +8,9 @@ the driver, a signal or its parent's death says so, contain everything they star
 (it is the child subreaper, and a watchdog ends the tree if the launcher itself is
 SIGKILLed), and publish each task's exit record as soon as it ends. It exits 0 once
 every record is out: the driver decides the job's outcome (and skein would end the
-application at once on a failed service). Must not decide anything about the job.
+application at once on a failed service). Locally one process serves several containers
+(`Hosted`: each its dir, log file and tag), as it serves -ppn's tasks on YARN: a process
+per local container cost 14 ms of CPU a task (#46). Must not decide anything about the job.
 Long because a container's life (register, run, contain, report) is one sequence, read
 best in one file.
 """
@@ -28,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import IO
 
 from tfyarn.core import records
 from tfyarn.core.errors import StoreGone
@@ -159,28 +162,29 @@ def _daemon(target: Callable[[], object]) -> threading.Thread:
     return thread
 
 
-def heartbeat(store: kvmod.KV, tasks: Sequence[Task], flag: StopFlag,
+def heartbeat(store: kvmod.KV, tasks: Mapping[Task, str], flag: StopFlag,
               done: threading.Event, interval: float,
               reports: dict[Task, StepReport]) -> None:
     """Bump each task's beat every `interval` until `done`; the driver counts a task
-    whose beat stops moving as lost. A step the task reported since (`tfyarn.progress`)
-    goes with it."""
+    whose beat stops moving as lost. A step the task reported since (`tfyarn.progress`,
+    in its container's dir, the value in `tasks`) goes with it."""
     n = 0
     while not done.is_set():
         n += 1
         try:
-            for task in tasks:
+            for task, cwd in tasks.items():
                 store.beat(kvmod.beat_key(task), n)
-                forward_steps(store, task, reports)
+                forward_steps(store, task, cwd, reports)
         except (StoreGone, OSError) as exc:
             flag.set(f"the job's store is gone ({exc}); on YARN the ApplicationMaster ended")
             return
         done.wait(interval)
 
 
-def forward_steps(store: kvmod.KV, task: Task, reports: dict[Task, StepReport]) -> None:
+def forward_steps(store: kvmod.KV, task: Task, cwd: str,
+                  reports: dict[Task, StepReport]) -> None:
     """A step the task reported since the last call (`tfyarn.progress`), to the store."""
-    new = steps.read(steps.path_for(os.getcwd(), str(task)), reports.get(task))
+    new = steps.read(steps.path_for(cwd, str(task)), reports.get(task))
     if new is not None:
         reports[task] = new
         store.put(kvmod.steps_key(task), new.to_json())
@@ -221,12 +225,14 @@ def watch_preemption(launcher: Launcher) -> None:
         n += 1
         words = (f"YARN's preemption notice for {', '.join(notice.containers)} "
                  f"({'strict' if notice.strict else 'negotiable'})")
-        pids = [s.child.pid for s in launcher.slots if s.child is not None]
-        why = preemption.tell(preemption.path_for(os.getcwd()), words, pids,
-                              dict(launcher.args.job.env).get(preemption.SIGNAL_ENV))
-        for slot in launcher.slots:
-            say(f"{words}: told the task (tfyarn.preempting() is true"
-                + (f"; {why})" if why else ")"), slot.task)
+        for hosted in launcher.args.hosted:
+            pids = [s.child.pid for s in launcher.slots
+                    if s.child is not None and s.hosted is hosted]
+            why = preemption.tell(preemption.path_for(hosted.cwd), words, pids,
+                                  dict(launcher.args.job.env).get(preemption.SIGNAL_ENV))
+            for task in hosted.tasks:
+                say(f"{words}: told the task (tfyarn.preempting() is true"
+                    + (f"; {why})" if why else ")"), task, to=hosted.err)
 
 
 def wait_for_cluster(store: kvmod.KV, flag: StopFlag, deadline: float) -> Cluster | None:
@@ -248,14 +254,44 @@ def wait_for_cluster(store: kvmod.KV, flag: StopFlag, deadline: float) -> Cluste
 
 
 @dataclass
+class Hosted:
+    """A container this launcher serves: on YARN (and with -m docker) the one it runs in,
+    with the process's own working dir and output; locally each container of the gang
+    (#46: a process per container cost 14 ms of CPU a task), with its dir and log file."""
+
+    tasks: tuple[Task, ...]
+    cwd: str
+    gpus: str  # "auto" (YARN: ask the container), "none", or a list of device ids
+    log: str | None = None  # its log file; None: this process's stdout and stderr
+    tag: str = ""  # container_tag: every process of its tasks carries it (TAG_VAR)
+    out: IO[bytes] | None = None  # its tasks' output goes here ...
+    err: IO[str] | None = None  # ... and what tfyarn says of them here
+
+    def open(self, job_id: str, gang: int) -> None:
+        self.tag = container_tag(job_id, self.tasks[0], gang)
+        if self.log is None:
+            self.out, self.err = getattr(sys.stdout, "buffer", None), None
+            return
+        # unbuffered and appending: one write per line, whichever thread writes it
+        self.out = open(self.log, "ab", buffering=0)  # noqa: SIM115 (the launcher's life)
+        self.err = open(self.log, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+
+    @property
+    def task_err(self) -> IO[bytes] | None:
+        """Where its tasks' stderr goes."""
+        return self.out if self.log is not None else getattr(sys.stderr, "buffer", None)
+
+
+@dataclass
 class Slot:
-    """One task of this container: its reserved port, its process and its output."""
+    """One task of a container: its reserved port, its process and its output."""
 
     task: Task
     index: int  # position in the container: local slot, device slice
     sock: socket.socket
     addr: str
     tag: str
+    hosted: Hosted
     child: subprocess.Popen | None = None
     pumps: tuple[streams.LinePump, ...] = ()
     rank: int | None = None
@@ -265,22 +301,25 @@ class Slot:
     @property
     def result_file(self) -> str:
         """Where a `tfyarn.run` task leaves its result (the working dir: docker mounts it)."""
-        return os.path.join(os.getcwd(), f".tfyarn-result-{self.task.type}-{self.task.index}")
+        return os.path.join(self.hosted.cwd, f".tfyarn-result-{self.task.type}-{self.task.index}")
 
 
 def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int],
               report: Callable[[Slot, int], None]) -> None:
     """Wait for every slot's process, reporting each as it ends (and ending what it left
     behind); stop every tree when told to. Nothing any of them started outlives this."""
-    running = {s.index: s for s in slots if s.child is not None}
+    running = {s.task: s for s in slots if s.child is not None}
     for slot in running.values():
         child = slot.child
         _daemon(lambda c=child: (c.wait(), flag.wake.set()))
     while running:
         flag.wake.clear()
         for slot in [s for s in running.values() if s.child.returncode is not None]:
-            del running[slot.index]
-            tree.stop_tagged(TAG_VAR, slot.tag, min(grace, 1.0), keep)  # its daemons
+            del running[slot.task]
+            # its daemons: not in the trees of the tasks still running (a launcher
+            # serving many containers would read every process's environment each time)
+            tree.stop_tagged(TAG_VAR, slot.tag, min(grace, 1.0),
+                             keep | {s.child.pid for s in running.values()})
             report(slot, slot.child.returncode)
         if running and flag.check():
             tree.stop_tree(grace, keep, tracked={s.child.pid for s in running.values()})
@@ -295,14 +334,17 @@ def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int
 @dataclass(frozen=True)
 class LaunchArgs:
     job: JobSpec
-    tasks: tuple[Task, ...]
+    hosted: tuple[Hosted, ...]  # the containers served: one, or locally a gang's
     store_url: str
-    gpus: str  # "auto" (YARN: ask the container), "none", or a list of device ids
     docker: docker.DockerRun | None  # -m docker: how this container's tasks run in the image
     attempt: int = 0  # which run of the user command this is (restarts; TFYARN_ATTEMPT)
     gang: int = 0  # which gang of containers: keys are read and written under it
     watchdog: bool = True  # fork one (YARN); local mode's client does its work instead
     memory_mb: int = 0  # this container's memory when grown (--memory-growth); 0: the job's
+
+    @property
+    def tasks(self) -> tuple[Task, ...]:
+        return tuple(t for h in self.hosted for t in h.tasks)
 
     def memory_of(self, task: Task) -> int:
         """The container's memory: grown after a memory kill, else what the job asked."""
@@ -321,8 +363,13 @@ def warm() -> None:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tfyarn.runtime.launcher")
     p.add_argument("--job", required=True, help="path of the job JSON")
-    p.add_argument("--tasks", required=True, help="this container's tasks, e.g. worker:0,"
-                   "worker:1 (never derived)")
+    one = p.add_mutually_exclusive_group(required=True)
+    one.add_argument("--tasks", help="this container's tasks, e.g. worker:0,worker:1 (never "
+                     "derived)")
+    one.add_argument("--container", action="append", nargs=4,
+                     metavar=("TASKS", "DIR", "LOG", "GPUS"), help="local mode: a container "
+                     "served (repeatable): its tasks (as --tasks), working dir, log file and "
+                     "GPUs (as --gpus)")
     p.add_argument("--kv", required=True, help="dir:/path or skein:")
     p.add_argument("--gpus", default="auto", help="GPU ids of this container, none, or auto")
     p.add_argument("--docker-image", help="-m docker: run the command in this image")
@@ -346,23 +393,30 @@ def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
     ns = _parser().parse_args(argv)
     with open(ns.job, encoding="utf-8") as f:
         job = JobSpec.from_json(f.read())
-    tasks = tuple(Task.parse(t) for t in ns.tasks.split(","))
     gang = ns.attempt if ns.gang is None else ns.gang
     run = docker.DockerRun(ns.docker_image, ns.docker_network, tuple(ns.docker_mount),
                            ns.docker_runtime) if ns.docker_image else None
-    return LaunchArgs(job, tasks, ns.kv, ns.gpus, run, ns.attempt, gang, not ns.no_watchdog,
+    hosted = (Hosted(_tasks(ns.tasks), os.getcwd(), ns.gpus),) if ns.tasks else \
+        tuple(Hosted(_tasks(tasks), cwd, gpus, log) for tasks, cwd, log, gpus in ns.container)
+    if run is not None and len(hosted) > 1:
+        raise ValueError("-m docker: a launcher serves one container")
+    return LaunchArgs(job, hosted, ns.kv, run, ns.attempt, gang, not ns.no_watchdog,
                       ns.memory_mb)
+
+
+def _tasks(words: str) -> tuple[Task, ...]:
+    return tuple(Task.parse(t) for t in words.split(","))
 
 
 @dataclass
 class Launcher:
-    """One container's launcher: its arguments, store, stop flag and containment tag."""
+    """The launcher of one container (or locally of several): its arguments, store and
+    stop flag."""
 
     args: LaunchArgs
     settings: Settings
     store: kvmod.KV
     flag: StopFlag
-    tag: str
     watchdog: int
     reported: set[Task] = field(default_factory=set)
     cluster_seen: threading.Event = field(default_factory=threading.Event)
@@ -379,21 +433,25 @@ class Launcher:
         host = self.settings.advertise_host or socket.getfqdn()
         # before the driver can put them
         self.store.expect([kvmod.CLUSTER, kvmod.STOP, kvmod.preempting_key(1)])
-        preemption.forget(preemption.path_for(os.getcwd()))
+        for hosted in self.args.hosted:
+            preemption.forget(preemption.path_for(hosted.cwd))
         unfit = self.docker_problem(host) or self.login_problem()
         if unfit:
-            for task in self.args.tasks:
-                say(unfit, task)
-                self.publish(task, "-:0", None,
-                             TaskEnd(1, unfit, cause=Cause.PERMANENT, explained=True))
+            for hosted in self.args.hosted:
+                for task in hosted.tasks:
+                    say(unfit, task, to=hosted.err)
+                    self.publish(hosted, task, "-:0", None,
+                                 TaskEnd(1, unfit, cause=Cause.PERMANENT, explained=True))
             return
         slots = []
-        for j, task in enumerate(self.args.tasks):
-            sock = reserve_port()
-            slot = Slot(task, j, sock, f"{host}:{sock.getsockname()[1]}", f"{self.tag}.{j}")
-            self.store.put(kvmod.addr_key(task), slot.addr)
-            say(f"registered at {slot.addr}", task)
-            slots.append(slot)
+        for hosted in self.args.hosted:
+            for j, task in enumerate(hosted.tasks):
+                sock = reserve_port()
+                slot = Slot(task, j, sock, f"{host}:{sock.getsockname()[1]}",
+                            f"{hosted.tag}.{j}", hosted)
+                self.store.put(kvmod.addr_key(task), slot.addr)
+                say(f"registered at {slot.addr}", task, to=hosted.err)
+                slots.append(slot)
         self.milestones.update(launched=tree.started_at(), registered=time.time())
         deadline = time.monotonic() + self.args.job.register_timeout_s + CLUSTER_WAIT_SLACK_S
         cluster = wait_for_cluster(self.store, self.flag, deadline)
@@ -403,15 +461,15 @@ class Launcher:
             slot.sock.close()
         if cluster is None:
             for slot in slots:
-                self.publish(slot.task, slot.addr, slot.rank,
+                self.publish(slot.hosted, slot.task, slot.addr, slot.rank,
                              TaskEnd(None, self.flag.reason or "", stopped=True))
             return
         raw = self.store.get(kvmod.RANKS)
         ranks = None if raw is None else RankTable.from_json(raw, kvmod.RANKS)
-        devices = self.devices()
+        devices = {id(h): self.devices(h) for h in self.args.hosted}
         self.slots = slots
         for slot in slots:
-            self.start(slot, self.env_for(slot, cluster, ranks, devices))
+            self.start(slot, self.env_for(slot, cluster, ranks, devices[id(slot.hosted)]))
         supervise(slots, self.flag, self.args.job.stop_grace_s, {self.watchdog}, self.ended)
 
     def docker_problem(self, host: str) -> str | None:
@@ -441,15 +499,16 @@ class Launcher:
     def login(self) -> keytab.KeytabLogin | None:
         return keytab.KeytabLogin.of_job(dict(self.args.job.env), os.getcwd())
 
-    def devices(self) -> list[str]:
-        """This container's GPU ids: on YARN ("auto") the ones its NodeManager assigned
+    def devices(self, hosted: Hosted) -> list[str]:
+        """A container's GPU ids: on YARN ("auto") the ones its NodeManager assigned
         (asked once; under YARN's docker runtime the runtime's numbering), said in the
         task's log where YARN did not say; locally the ones given."""
-        if self.args.gpus != "auto":
-            devices = [] if self.args.gpus == "none" else self.args.gpus.split(",")
-            self.card_mib = nodegpus.local_card_mib() if devices else None
+        if hosted.gpus != "auto":
+            devices = [] if hosted.gpus == "none" else hosted.gpus.split(",")
+            if devices and self.card_mib is None:
+                self.card_mib = nodegpus.local_card_mib()
             return devices
-        gpus = self.args.job.container_of(self.args.tasks[0]).resources.gpus
+        gpus = self.args.job.container_of(hosted.tasks[0]).resources.gpus
         assignment = nodegpus.Assignment(None)
         if gpus > 0 and not os.environ.get("NVIDIA_VISIBLE_DEVICES"):
             login = self.login
@@ -459,7 +518,7 @@ class Launcher:
         devices, guess = container_devices(gpus, os.environ, assignment.devices)
         if guess is not None:
             say(f"{guess}" + (f" ({assignment.why})" if assignment.why else ""),
-                str(self.args.tasks[0]))
+                str(hosted.tasks[0]), to=hosted.err)
         return devices
 
     def env_for(self, slot: Slot, cluster: Cluster, ranks: RankTable | None,
@@ -474,19 +533,19 @@ class Launcher:
             env.update(identity_env(slot.task, job_id, rank.size))
             env.update(allreduce_env(rank, ranks.master, ranks.rendezvous))
             vcores = job.container_of(slot.task).resources.vcores
-            env.update(thread_env(vcores, len(self.args.tasks), {**os.environ, **env}))
+            env.update(thread_env(vcores, len(slot.hosted.tasks), {**os.environ, **env}))
         user = self.settings.user
         attempt = self.args.attempt if cluster.attempt is None else cluster.attempt
         env.update(run_env(attempt, checkpoint_dir(job.checkpoint_dir, job_id, user),
                            model_dir(job.model_dir, job_id, user), job.tensorboard_dir))
         env[RESULT_VAR] = slot.result_file
-        env[steps.ENV] = steps.path_for(os.getcwd(), str(slot.task))
-        env[preemption.ENV] = preemption.path_for(os.getcwd())
+        env[steps.ENV] = steps.path_for(slot.hosted.cwd, str(slot.task))
+        env[preemption.ENV] = preemption.path_for(slot.hosted.cwd)
         with contextlib.suppress(FileNotFoundError):  # an earlier run's, in this dir
             os.remove(env[steps.ENV])
         if job.runtime.mode == "local":  # `tfyarn.run`'s tasks: the launcher's own python
             env.setdefault("TFYARN_PYTHON", sys.executable)  # (else the env's, on PATH)
-        k = len(self.args.tasks)
+        k = len(slot.hosted.tasks)
         env.update(device_env(devices, k, slot.index, shared=not job.allreduce,
                               fraction=job.gpu_memory_fraction, card_mib=self.card_mib))
         if self.in_docker:  # docker numbers the slot's GPUs from 0; no host paths in there
@@ -505,13 +564,13 @@ class Launcher:
     def docker_argv(self, slot: Slot, env_vars: Mapping[str, str]) -> list[str]:
         a, job_id = self.args, self.settings.job_id or "unknown"
         assert a.docker is not None
-        cwd = os.getcwd()
+        cwd = slot.hosted.cwd
         extra = [env_vars.get(k, "") for k in ("TFYARN_CHECKPOINT_DIR", "TFYARN_MODEL_DIR",
                                                  "TFYARN_TENSORBOARD_DIR")]
         for d in extra:
             if os.path.isabs(d):
                 os.makedirs(d, exist_ok=True)
-        labels = {docker.LABEL_JOB: job_id, docker.LABEL_LAUNCHER: self.tag,
+        labels = {docker.LABEL_JOB: job_id, docker.LABEL_LAUNCHER: slot.hosted.tag,
                   docker.LABEL_HOST: slot.addr.rsplit(":", 1)[0]}
         return docker.run_argv(
             a.docker, a.job.command, name=slot.container, labels=labels,
@@ -532,22 +591,21 @@ class Launcher:
             argv = self.docker_argv(slot, env_vars)
         else:
             argv = shell_argv(a.job.command)
-        slot.child = spawn.start(argv, env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                parent_death=signal.SIGKILL)
+        slot.child = spawn.start(argv, env, cwd=slot.hosted.cwd, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, parent_death=signal.SIGKILL)
         self.store.put(kvmod.start_key(slot.task),
                        Started(slot.child.pid, time.time(), **self.milestones).to_json())
-        prefix = f"[{slot.task}] ".encode() if len(a.tasks) > 1 else b""
+        prefix = f"[{slot.task}] ".encode() if len(slot.hosted.tasks) > 1 else b""
         assert slot.child.stdout is not None and slot.child.stderr is not None
-        slot.pumps = (streams.LinePump(slot.child.stdout, getattr(sys.stdout, "buffer", None),
-                                    prefix=prefix),
-                      streams.LinePump(slot.child.stderr, getattr(sys.stderr, "buffer", None),
-                                    prefix=prefix, notice=token_expired))
+        slot.pumps = (streams.LinePump(slot.child.stdout, slot.hosted.out, prefix=prefix),
+                      streams.LinePump(slot.child.stderr, slot.hosted.task_err, prefix=prefix,
+                                       notice=token_expired))
 
     def ended(self, slot: Slot, code: int) -> None:
         for pump in slot.pumps:
             pump.join(timeout=2.0)
         with contextlib.suppress(StoreGone, OSError):  # its last steps, before its exit
-            forward_steps(self.store, slot.task, self.reports)
+            forward_steps(self.store, slot.task, slot.hosted.cwd, self.reports)
         tail = list(stderr_excerpt(list(slot.pumps[1].tail))) if slot.pumps else []
         hide = self.args.job.redactor()  # the tail is shown by clients, pages, diagnostics
         record = TaskEnd(code, hide(self.flag.reason or ""),
@@ -562,28 +620,32 @@ class Launcher:
             elif code and docker.oom_killed(slot.container):
                 mb = self.args.memory_of(slot.task)
                 record = memory_end(record, memory_flag_for(slot.task.type), mb,
-                                    mb // len(self.args.tasks))
+                                    mb // len(slot.hosted.tasks))
             tree.remove_containers(f"name=^{slot.container}$")
-        self.publish(slot.task, slot.addr, slot.rank, record)
+        self.publish(slot.hosted, slot.task, slot.addr, slot.rank, record)
 
-    def publish(self, task: Task, addr: str, rank: int | None, record: TaskEnd) -> None:
+    def publish(self, hosted: Hosted, task: Task, addr: str, rank: int | None,
+                record: TaskEnd) -> None:
         """The task's exit record, once: the driver's input, sent as soon as it is known."""
         full = replace(record, host=addr.rsplit(":", 1)[0], addr=addr, rank=rank,
                        time=time.time())
         try:
             self.store.put(kvmod.exit_key(task), full.to_json())
         except (StoreGone, OSError) as exc:
-            say(f"could not report the exit ({exc}); the driver will see it as lost", task)
+            say(f"could not report the exit ({exc}); the driver will see it as lost", task,
+                to=hosted.err)
         self.reported.add(task)
-        say(f"exit code {full.code}" + (" (stopped)" if full.stopped else ""), task)
+        say(f"exit code {full.code}" + (" (stopped)" if full.stopped else ""), task,
+            to=hosted.err)
 
     def report_error(self, exc: BaseException) -> None:
         """A broken launcher still tells the driver why, for every task not yet reported."""
-        for task in self.args.tasks:
-            if task not in self.reported:
-                say(f"launcher error: {exc!r}", task)
-                self.publish(task, "-:0", None,
-                             TaskEnd(1, tail=(f"tfyarn launcher error: {exc!r}",)))
+        for hosted in self.args.hosted:
+            for task in hosted.tasks:
+                if task not in self.reported:
+                    say(f"launcher error: {exc!r}", task, to=hosted.err)
+                    self.publish(hosted, task, "-:0", None,
+                                 TaskEnd(1, tail=(f"tfyarn launcher error: {exc!r}",)))
 
 
 def _result(path: str) -> str:
@@ -598,19 +660,25 @@ def _result(path: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = Settings.from_environ()
-    tag = container_tag(settings.job_id or "unknown", args.tasks[0], args.gang)
-    containers = f"label={docker.LABEL_LAUNCHER}={tag}" \
-        if args.docker and args.docker.runtime == "tfyarn" else None  # `docker run`s to end
-    watchdog = tree.start_watchdog(TAG_VAR, f"{tag}.", containers) if args.watchdog else -1
+    job_id = settings.job_id or "unknown"
+    watchdog = -1
+    if args.watchdog:  # YARN and -m docker: one container, its tag's processes to end
+        tag = container_tag(job_id, args.tasks[0], args.gang)
+        containers = f"label={docker.LABEL_LAUNCHER}={tag}" \
+            if args.docker and args.docker.runtime == "tfyarn" else None  # `docker run`s
+        watchdog = tree.start_watchdog(TAG_VAR, f"{tag}.", containers)
     spawn.set_subreaper()
     flag = StopFlag()
     install_signal_handlers(flag)
     store = kvmod.Scoped(kvmod.open_kv(args.store_url), args.gang)
-    launcher = Launcher(args, settings, store, flag, tag, watchdog)
+    launcher = Launcher(args, settings, store, flag, watchdog)
     done = launcher.done
     try:
+        for hosted in args.hosted:
+            hosted.open(job_id, args.gang)
         interval = heartbeat_s(args.job.heartbeat_timeout_s)
-        _daemon(lambda: heartbeat(store, args.tasks, flag, done, interval, launcher.reports))
+        cwds = {t: h.cwd for h in args.hosted for t in h.tasks}
+        _daemon(lambda: heartbeat(store, cwds, flag, done, interval, launcher.reports))
         _daemon(lambda: watch_stop(store, flag, done, launcher.cluster_seen))
         _daemon(lambda: watch_preemption(launcher))  # (locally none comes: it just waits)
         launcher.run()
