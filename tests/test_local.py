@@ -195,8 +195,8 @@ def test_launcher_groups_keep_to_their_tasks_and_open_files():
     spec = JobSpec("t", "tensorflow-worker", (Role("worker", 10, Resources(1024, 1)),), "true")
     sizes = [len(g) for g in hosting(spec.containers(), 4, 1024)]
     assert sizes == [4, 4, 2]
-    # 64 open files: half for the containers, 5 each (two for its log, three a task)
-    assert [len(g) for g in hosting(spec.containers(), 64, 64)] == [6, 4]
+    # 64 open files: half for the containers, 6 each (two for its log, four a task)
+    assert [len(g) for g in hosting(spec.containers(), 64, 64)] == [5, 5]
     assert [len(g) for g in hosting(spec.containers(), 1, 1 << 20)] == [1] * 10
     big = JobSpec("t", "tensorflow-worker", (Role("worker", 8, Resources(1024, 1)),), "true",
                   tasks_per_container=4)

@@ -198,12 +198,12 @@ def hosting(containers: Sequence[Container], most: int,
             files: int) -> list[list[Container]]:
     """The containers in launcher-sized groups, in order: at most `most` tasks a group
     (one container at least), and within half the open-files limit each launcher has
-    (a container's log twice, three descriptors a task: its port, then its output
-    pipes)."""
+    (a container's log twice, four descriptors a task: its port, then its output
+    pipes and the pidfd of its end)."""
     groups: list[list[Container]] = []
     tasks = fds = 0
     for c in containers:
-        need = 2 + 3 * len(c.tasks)
+        need = 2 + 4 * len(c.tasks)
         if not groups or tasks + len(c.tasks) > most or fds + need > files // 2:
             groups.append([])
             tasks = fds = 0

@@ -22,6 +22,7 @@ import base64
 import contextlib
 import functools
 import os
+import selectors
 import signal
 import socket
 import subprocess
@@ -309,9 +310,7 @@ def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int
     """Wait for every slot's process, reporting each as it ends (and ending what it left
     behind); stop every tree when told to. Nothing any of them started outlives this."""
     running = {s.task: s for s in slots if s.child is not None}
-    for slot in running.values():
-        child = slot.child
-        _daemon(lambda c=child: (c.wait(), flag.wake.set()))
+    watch_ends([s.child for s in running.values()], flag.wake)
     while running:
         flag.wake.clear()
         for slot in [s for s in running.values() if s.child.returncode is not None]:
@@ -329,6 +328,35 @@ def supervise(slots: Sequence[Slot], flag: StopFlag, grace: float, keep: set[int
         flag.wake.wait(PARENT_CHECK_S)  # a child's end, a signal or a stop wakes it at once
     tree.stop_tree(min(grace, 1.0), keep)
     tree.reap(keep)
+
+
+def watch_ends(children: Sequence[subprocess.Popen], wake: threading.Event) -> None:
+    """Reap each child as it ends and set `wake`: one thread over the children's pidfds
+    (a launcher serving hundreds of local tasks held a thread for each, and each scan of
+    its children read a file per thread), or a thread per child where pidfds are missing."""
+    sel = selectors.DefaultSelector()
+    alone = []
+    for child in children:
+        try:
+            sel.register(os.pidfd_open(child.pid), selectors.EVENT_READ, child)
+        except (OSError, AttributeError):  # too old a kernel, or out of descriptors
+            alone.append(child)
+    for child in alone:
+        _daemon(lambda c=child: (c.wait(), wake.set()))
+
+    def run() -> None:
+        with sel:
+            while sel.get_map():
+                for key, _ in sel.select():
+                    sel.unregister(key.fd)
+                    os.close(key.fd)
+                    key.data.wait()
+                    wake.set()
+
+    if sel.get_map():
+        _daemon(run)
+    else:
+        sel.close()
 
 
 @dataclass(frozen=True)
@@ -424,6 +452,7 @@ class Launcher:
     reports: dict[Task, StepReport] = field(default_factory=dict)  # steps forwarded
     card_mib: int | None = None  # the GPU's memory, for --gpu-memory-fraction's cap in MB
     slots: list[Slot] = field(default_factory=list)  # the tasks, once they start
+    pumps: streams.PumpHub = field(default_factory=streams.PumpHub)  # their output
     # when this launcher's process started, registered and read the cluster spec
     # (each task's Started record carries them: the gang's start, phase by phase)
     milestones: dict[str, float | None] = field(default_factory=dict)
@@ -597,9 +626,10 @@ class Launcher:
                        Started(slot.child.pid, time.time(), **self.milestones).to_json())
         prefix = f"[{slot.task}] ".encode() if len(slot.hosted.tasks) > 1 else b""
         assert slot.child.stdout is not None and slot.child.stderr is not None
-        slot.pumps = (streams.LinePump(slot.child.stdout, slot.hosted.out, prefix=prefix),
+        slot.pumps = (streams.LinePump(slot.child.stdout, slot.hosted.out, prefix=prefix,
+                                       hub=self.pumps),
                       streams.LinePump(slot.child.stderr, slot.hosted.task_err, prefix=prefix,
-                                       notice=token_expired))
+                                       notice=token_expired, hub=self.pumps))
 
     def ended(self, slot: Slot, code: int) -> None:
         for pump in slot.pumps:

@@ -113,8 +113,10 @@ def descendants(root: int, exclude: Collection[int] = ()) -> list[int]:
         if kids is None:
             return _descendants_by_table(root, exclude)
         for pid in kids:
+            if pid in exclude:
+                continue
             state = proc_state(pid)
-            if pid in exclude or state is None:
+            if state is None:
                 continue
             if state != "Z":
                 out.append(pid)
