@@ -28,7 +28,7 @@ from tfyarn.core.errors import EnvironmentMissing
 from tfyarn.core.jobspec import Container, JobSpec
 from tfyarn.core.policy import signal_of
 from tfyarn.core.records import TaskEnd
-from tfyarn.core.settings import Settings
+from tfyarn.core.settings import LAUNCHER_TASKS, Settings
 from tfyarn.core.timing import (
     REAP_WAIT_S,
     TERMINAL_TAIL_S,
@@ -58,7 +58,7 @@ class Procs:
     attempt: int = 0  # ... and its attempt (locally always the same number)
     tensorboard: subprocess.Popen | None = None  # the side task, with -enable_tensorboard
     docker: list[str] = field(default_factory=list)  # -m docker: the launchers' options
-    per_launcher: int = 64  # the most tasks one launcher serves (TFYARN_LOCAL_LAUNCHER_TASKS)
+    per_launcher: int = LAUNCHER_TASKS  # the most tasks one launcher serves
 
     def all(self) -> list[Process]:
         return unique(p for p in (self.driver, self.tensorboard, *self.launchers.values(),
@@ -168,7 +168,7 @@ def start_launchers(spec: JobSpec, procs: Procs, env: dict[str, str], interrupts
     jd, forks = procs.jd, procs.forks
     assert forks is not None
     each = ["--job", jd.job_json, "--kv", jd.kv_url, "--attempt", str(procs.attempt),
-              "--gang", str(procs.gang)]
+            "--gang", str(procs.gang)]
     procs.launchers = {}
     for group in hosting(spec.containers(), 1 if procs.docker else procs.per_launcher,
                          open_files_limit()):

@@ -12,6 +12,9 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+LAUNCHER_TASKS = 64  # a local launcher's tasks at most (256 tasks: 4 launchers, so the
+# cores share the work; each task's end scans its launcher's children)
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -38,9 +41,9 @@ class Settings:
     history_dir: str | None = None  # TFYARN_HISTORY_DIR: where local jobs' pages are kept
     progress_s: float | None = None  # TFYARN_PROGRESS_S: the live line's plain lines off a
     # terminal this often (0: no live line at all); else timing.LIVE_PLAIN_S
-    launcher_tasks: int = 64  # TFYARN_LOCAL_LAUNCHER_TASKS: the most tasks one local
-    # launcher serves (1: a launcher per container, as on YARN, so that its death loses
-    # only its container's tasks)
+    launcher_tasks: int = LAUNCHER_TASKS  # TFYARN_LOCAL_LAUNCHER_TASKS: the most tasks
+    # one local launcher serves (1: a launcher per container, as on YARN, so that its
+    # death loses only its container's tasks)
 
     def cache_dirs(self) -> list[str]:
         """tfyarn's cache dirs, first usable wins: $TFYARN_CACHE; in a YARN container its
@@ -112,7 +115,7 @@ class Settings:
             history_dir=e.get("TFYARN_HISTORY_DIR") or None,
             progress_s=_seconds(e.get("TFYARN_PROGRESS_S", "")),
             launcher_tasks=max(1, int(e["TFYARN_LOCAL_LAUNCHER_TASKS"]))
-            if e.get("TFYARN_LOCAL_LAUNCHER_TASKS", "").isdigit() else 64,
+            if e.get("TFYARN_LOCAL_LAUNCHER_TASKS", "").isdigit() else LAUNCHER_TASKS,
         )
 
     def kerberos_env(self) -> dict[str, str]:
