@@ -388,23 +388,26 @@ def test_the_application_master_lost_twice_without_restarts_left_fails_naming_bo
     wait_until(lambda: not node_processes(app_id), 60, "no process of the app on the live nodes")
 
 
-def contend(tmp_path: Path, apps: list[str], *a_args: str):
+def contend(tmp_path: Path, apps: list[str], *a_args: str, watch: bool = False):
     """Job A fills the cluster from `default` (one 3 GB task a node, the AM beside one);
-    once it runs, job B asks for its share in `urgent`. Both running el_submits."""
+    once it runs, job B asks for its share in `urgent`. Both running el_submits, their
+    ids, and with `watch` A's PreemptionNotices, watching before B is submitted (a watch
+    sees only later puts: started after B, it missed the notice in CI)."""
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
     a_dir.mkdir(), b_dir.mkdir()
     args, ckpt = resumable(a_dir, 3, 3000, "--queue", "default", *a_args)
     a, a_id = submit(a_dir, apps, *args)
     placed(ckpt, 3)
+    notices = PreemptionNotices(a_id) if watch else None
     b, b_id = submit(b_dir, apps, "-t", "tensorflow-worker", "-wn", "2", "-wm", "1500",
                      "--queue", "urgent", "-c", "true")
-    return a, a_id, b, b_id
+    return a, a_id, b, b_id, notices
 
 
 def test_preemption_restarts_the_gang_after_the_urgent_job(tmp_path, apps):
     """A fills the cluster from `default` (one 3 GB task a node); B in `urgent` is owed
     half of it and preempts A; A restarts as a gang once B is done, and succeeds."""
-    a, a_id, b, b_id = contend(tmp_path, apps, "--max-restarts", "2")
+    a, a_id, b, b_id, _ = contend(tmp_path, apps, "--max-restarts", "2")
     _, b_err = b.communicate(timeout=600)
     assert b.returncode == 0, b_err
     _, a_err = a.communicate(timeout=600)
@@ -676,8 +679,7 @@ def test_a_notice_the_resourcemanager_takes_back_costs_the_hold_and_no_restart(t
 def test_preemption_without_restarts_fails_saying_preempted(tmp_path, apps):
     """...and the RM's notice reached A's store while the containers it names still ran
     (the sandbox's RM waits 8 s between its notice and the kill)."""
-    a, a_id, b, _ = contend(tmp_path, apps)
-    notices = PreemptionNotices(a_id)
+    a, a_id, b, _, notices = contend(tmp_path, apps, watch=True)
     _, a_err = a.communicate(timeout=600)
     notices.close()
     assert a.returncode == 1, a_err
