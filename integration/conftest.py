@@ -82,11 +82,36 @@ def cluster_share(exclusive: bool) -> Iterator[None]:
         yield
 
 
+NEXT = pytest.StashKey["pytest.Item | None"]()
+_kept: contextlib.ExitStack | None = None  # the cluster, alone, between two tests that run alone
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """The test this worker runs next (xdist runs one only once it knows the next)."""
+    item.stash[NEXT] = nextitem
+    yield
+
+
 @pytest.fixture(autouse=True)
 def _the_cluster(request) -> Iterator[None]:
-    """Autouse, so first set up and last torn down: a test's apps are gone when it lets go."""
-    with cluster_share(alone(request.node)):
+    """Autouse, so first set up and last torn down: a test's apps are gone when it lets go.
+    A test that runs alone keeps the cluster for the next when that one runs alone too:
+    let go between them, the other worker's shared test came in, ran beside nothing (the
+    next waits for it), and CI's suite ran its shared tests one at a time, not in pairs."""
+    global _kept
+    share, _kept = _kept, None
+    if share is None:
+        share = contextlib.ExitStack()
+        share.enter_context(cluster_share(alone(request.node)))
+    try:
         yield
+    finally:
+        following = request.node.stash.get(NEXT, None)
+        if alone(request.node) and following is not None and alone(following):
+            _kept = share
+        else:
+            share.close()
 
 
 def yarn_cli(*args: str, timeout: float = 120) -> str:

@@ -47,9 +47,12 @@ def hdfs_exists(url: str) -> bool:
     return client.status(webhdfs.hdfs_path(url), strict=False) is not None
 
 
-def spark_apps() -> set[str]:
+def apps_named(name: str) -> set[str]:
+    """The cluster's applications of that name, any state (Spark's are
+    tfyarn-pre_train-PROGRAM; a training job's, its -a)."""
     out = yarn_cli("application", "-list", "-appStates", "ALL")
-    return {line.split()[0] for line in out.splitlines() if "tfyarn-pre_train-" in line}
+    return {cols[0] for cols in (line.split() for line in out.splitlines())
+            if len(cols) > 1 and APP_ID.match(cols[0]) and cols[1] == name}
 
 
 def adult_fnlwgt() -> int:
@@ -114,7 +117,7 @@ def one_program_census(apps, fault, restarted: str) -> None:
     subprocess.run(["hdfs", "dfs", "-rm", "-r", "-f", ckpt], capture_output=True, timeout=120)
 
 
-@pytest.mark.concurrent  # its own app's worker; the others list the cluster's apps or kill a node
+@pytest.mark.concurrent  # its own app's worker; the next kills a node
 def test_one_program_census_trains_while_spark_writes_and_a_killed_worker_loses_no_row(apps):
     from conftest import launcher_pid
 
@@ -147,28 +150,27 @@ class Missing(Program):
         pass
 """
 
+@pytest.mark.concurrent  # its own applications, by name
 def test_spark_and_training_failures_end_each_other_on_yarn(tmp_path, apps):
     """pre_train's Spark failure: its reason, and no training application at all; a
-    training that fails while Spark writes: the Spark application is stopped."""
+    training that fails while Spark writes: the Spark application is stopped. Its own
+    applications only, by name (other tests' run beside it)."""
+    training = f"fails-{uuid.uuid4().hex[:8]}"
     (tmp_path / "missing.py").write_text(FAILS_IN_PRE_TRAIN)
-    before = {line.split()[0] for line in yarn_cli("application", "-list", "-appStates",
-                                                   "ALL").splitlines() if APP_ID.match(
-                                                       line.split()[0] if line.split() else "")}
-    proc = pl_submit(tmp_path, "missing.py", "-t", "standalone")
+    proc = pl_submit(tmp_path, "missing.py", "-t", "standalone", "-a", training)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 1 and not out, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("Error: pre_train failed: ") and "tfyarn-no-such-input" in last
-    after = {line.split()[0] for line in yarn_cli("application", "-list", "-appStates",
-                                                  "ALL").splitlines() if APP_ID.match(
-                                                      line.split()[0] if line.split() else "")}
-    assert after - before <= spark_apps()  # Spark's own application only: no training
+    assert apps_named("tfyarn-pre_train-Missing") and not apps_named(training)
 
+    before = apps_named("tfyarn-pre_train-Crash")
     (tmp_path / "crash.py").write_text(TRAIN_FAILS)
-    proc = pl_submit(tmp_path, "crash.py", "-t", "standalone")
+    proc = pl_submit(tmp_path, "crash.py", "-t", "standalone", "-a", training)
     out, err = proc.communicate(timeout=600)
     apps.append(out.strip())
     assert proc.returncode == 1, err[-3000:]
     assert "training failed; stopping Spark" in err and "injected: training crashed" in err
-    spark_app = sorted(spark_apps() - before)[-1]
+    assert apps_named(training) == {out.strip()}
+    spark_app = sorted(apps_named("tfyarn-pre_train-Crash") - before)[-1]
     assert final_state(spark_app).startswith("FINISHED"), final_state(spark_app)
