@@ -47,12 +47,15 @@ def hdfs_exists(url: str) -> bool:
     return client.status(webhdfs.hdfs_path(url), strict=False) is not None
 
 
-def apps_named(name: str) -> set[str]:
-    """The cluster's applications of that name, any state (Spark's are
-    tfyarn-pre_train-PROGRAM; a training job's, its -a)."""
-    out = yarn_cli("application", "-list", "-appStates", "ALL")
-    return {cols[0] for cols in (line.split() for line in out.splitlines())
-            if len(cols) > 1 and APP_ID.match(cols[0]) and cols[1] == name}
+def apps_by_name() -> dict[str, set[str]]:
+    """The cluster's applications, any state, by name (Spark's are tfyarn-pre_train-PROGRAM;
+    a training job's, its -a): one listing, a JVM of 3 s of CPU."""
+    names: dict[str, set[str]] = {}
+    for cols in (line.split() for line in yarn_cli("application", "-list", "-appStates",
+                                                   "ALL").splitlines()):
+        if len(cols) > 1 and APP_ID.match(cols[0]):
+            names.setdefault(cols[1], set()).add(cols[0])
+    return names
 
 
 def adult_fnlwgt() -> int:
@@ -162,15 +165,17 @@ def test_spark_and_training_failures_end_each_other_on_yarn(tmp_path, apps):
     assert proc.returncode == 1 and not out, err[-3000:]
     last = err.strip().splitlines()[-1]
     assert last.startswith("Error: pre_train failed: ") and "tfyarn-no-such-input" in last
-    assert apps_named("tfyarn-pre_train-Missing") and not apps_named(training)
+    named = apps_by_name()
+    assert named.get("tfyarn-pre_train-Missing") and training not in named
 
-    before = apps_named("tfyarn-pre_train-Crash")
+    before = named.get("tfyarn-pre_train-Crash", set())
     (tmp_path / "crash.py").write_text(TRAIN_FAILS)
     proc = pl_submit(tmp_path, "crash.py", "-t", "standalone", "-a", training)
     out, err = proc.communicate(timeout=600)
     apps.append(out.strip())
     assert proc.returncode == 1, err[-3000:]
     assert "training failed; stopping Spark" in err and "injected: training crashed" in err
-    assert apps_named(training) == {out.strip()}
-    spark_app = sorted(apps_named("tfyarn-pre_train-Crash") - before)[-1]
+    named = apps_by_name()
+    assert named.get(training) == {out.strip()}
+    spark_app = sorted(named.get("tfyarn-pre_train-Crash", set()) - before)[-1]
     assert final_state(spark_app).startswith("FINISHED"), final_state(spark_app)
