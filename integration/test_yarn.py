@@ -1018,11 +1018,11 @@ def _environ(pid: int) -> dict[str, str]:
 
 
 def _conf_read(pid: int) -> str:
-    """The Hadoop configuration dir a skein driver JVM reads: its classpath's first entry
-    (tfyarn gives it with -cp; the process environment is left alone)."""
+    """The Hadoop configuration dir a skein driver JVM reads: its classpath's first dir
+    (tfyarn gives it with -cp, the jars first; the process environment is left alone)."""
     with open(f"/proc/{pid}/cmdline", "rb") as f:
         argv = [x.decode() for x in f.read().split(b"\0")]
-    return argv[argv.index("-cp") + 1].split(os.pathsep)[0]
+    return next(e for e in argv[argv.index("-cp") + 1].split(os.pathsep) if os.path.isdir(e))
 
 
 @pytest.mark.exclusive  # counts the machine's skein JVMs
@@ -1101,6 +1101,36 @@ def test_a_failed_driver_start_is_one_error_and_no_noise(tmp_path, capfd):
 def _parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_cold_command_starts_skeins_driver_from_the_users_class_archive(el_submit, tmp_path):
+    """The first cold command writes the class-data archive of skein's driver (0600, in a
+    0700 dir of the user's cache) as its driver ends; the next one's driver maps skein's
+    and Hadoop's classes from it (the JVM's own class-load log says where each came from)."""
+    cache = tmp_path / "cache"
+
+    def classes(n: int) -> str:
+        log = tmp_path / f"classes-{n}.log"
+        out, _ = el_submit("-t", "standalone", "-wm", "512", "-c", "true",
+                           env={"XDG_CACHE_HOME": str(cache), "SKEIN_DRIVER_JAVA_OPTIONS":
+                                f"-Xlog:class+load=info:file={log}"})
+        assert out.returncode == 0, out.stderr
+        return log.read_text()
+
+    def source(log: str, name: str) -> str:
+        return next(x for x in log.splitlines() if f" {name} source: " in x)
+
+    first = classes(1)
+    assert "shared objects file (top)" not in source(first, "com.anaconda.skein.Driver")
+    folder = cache / "tfyarn" / "jvm"
+    archives = os.listdir(folder)
+    assert len(archives) == 1 and archives[0].endswith(".jsa"), archives
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    assert os.stat(folder / archives[0]).st_mode & 0o777 == 0o600
+    second = classes(2)
+    for name in ("com.anaconda.skein.Driver", "org.apache.hadoop.yarn.client.api.YarnClient"):
+        assert "shared objects file (top)" in source(second, name), source(second, name)
+    assert os.listdir(folder) == archives
 
 
 @pytest.mark.exclusive  # a warm skein driver, the user's one; counts the machine's skein JVMs

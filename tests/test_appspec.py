@@ -187,19 +187,39 @@ def bash(script: str, cwd, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True)
 
 
-def test_hadoop_env_with_a_hadoop_install(tmp_path):
-    home, java = tmp_path / "hadoop", tmp_path / "jdk"
+def test_hadoop_env_gives_the_jars_hadoops_own_glob_gives(sandbox, tmp_path):
+    """The sandbox's real Hadoop 3.3.6: the launch script's CLASSPATH holds what `hadoop
+    classpath --glob` prints (without running it: that is a JVM), then what was there."""
+    env = {"PATH": "/usr/bin:/bin", "HADOOP_HOME": sandbox["HADOOP_HOME"],
+           "HADOOP_CONF_DIR": sandbox["HADOOP_CONF_DIR"], "JAVA_HOME": sandbox["JAVA_HOME"],
+           "CLASSPATH": "/mine.jar", "LD_LIBRARY_PATH": "/x"}
+    out = bash("set -u\n" + appspec.HADOOP_ENV +
+               'echo "$CLASSPATH|$LD_LIBRARY_PATH|$HADOOP_HDFS_HOME"', tmp_path, env)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    classpath, libs, hdfs_home = out.stdout.strip().split("|")
+    glob = subprocess.run([f"{sandbox['HADOOP_HOME']}/bin/hadoop", "classpath", "--glob"],
+                          env=env, capture_output=True, text=True, check=True).stdout.strip()
+    entries = classpath.split(":")
+    assert entries[-1] == "/mine.jar"
+    assert sorted(entries[:-1]) == sorted(glob.split(":")) and len(entries) > 100
+    assert libs == f"{sandbox['JAVA_HOME']}/lib/server:{sandbox['HADOOP_HOME']}/lib/native:/x"
+    assert hdfs_home == sandbox["HADOOP_HOME"]
+
+
+def test_hadoop_env_expands_wildcards_as_java_does(tmp_path):
+    """`dir/*` is the dir's .jar and .JAR files (Java's rule; a path with a space too);
+    other entries stay as they are."""
+    home, lib = tmp_path / "hadoop", tmp_path / "my lib"
     (home / "bin").mkdir(parents=True)
-    (home / "bin" / "hadoop").write_text('#!/bin/sh\n[ "$1 $2" = "classpath --glob" ] && '
-                                         'echo /h/share/a.jar:/h/etc\n')
+    lib.mkdir()
+    for name in ("a.jar", "B.JAR", "notes.txt", "c.jar.bak"):
+        (lib / name).write_text("")
+    (home / "bin" / "hadoop").write_text(
+        f'#!/bin/sh\n[ "$1" = classpath ] && echo "/h/etc:{lib}/*:/h/none/*:/h/x.jar"\n')
     (home / "bin" / "hadoop").chmod(0o755)
-    (java / "lib" / "server").mkdir(parents=True)
-    (java / "lib" / "server" / "libjvm.so").write_text("")
-    out = bash(appspec.HADOOP_ENV + 'echo "$CLASSPATH|$LD_LIBRARY_PATH|$HADOOP_HDFS_HOME"',
-               tmp_path, {"PATH": "/usr/bin:/bin", "HADOOP_HOME": str(home),
-                          "JAVA_HOME": str(java), "LD_LIBRARY_PATH": "/x"})
-    assert out.stdout.strip() == (f"/h/share/a.jar:/h/etc|{java}/lib/server:{home}/lib/native:/x"
-                                  f"|{home}")
+    out = bash("set -u\n" + appspec.HADOOP_ENV + 'echo "$CLASSPATH"', tmp_path,
+               {"PATH": "/usr/bin:/bin", "HADOOP_HOME": str(home)})
+    assert out.stdout.strip() == f"/h/etc:{lib}/a.jar:{lib}/B.JAR:/h/x.jar", out.stderr
 
 
 def test_hadoop_env_without_hadoop_is_quiet(tmp_path):

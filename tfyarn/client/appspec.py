@@ -75,7 +75,22 @@ if [ -n "$HADOOP_BIN" ] && [ -x "$HADOOP_BIN" ]; then
   HADOOP_HOME="${HADOOP_HOME:-$(cd "$(dirname "$HADOOP_BIN")/.." && pwd)}"
   export HADOOP_HOME
   export HADOOP_HDFS_HOME="${HADOOP_HDFS_HOME:-$HADOOP_HOME}"
-  CLASSPATH="$("$HADOOP_BIN" classpath --glob 2>/dev/null)${CLASSPATH:+:$CLASSPATH}"
+  # Hadoop's jars for libhdfs's JVM, which does not expand `dir/*`: expanded here as Java
+  # does (.jar and .JAR files), not by `classpath --glob`, a JVM of its own (0.5 s of CPU)
+  HADOOP_CP="$("$HADOOP_BIN" classpath 2>/dev/null || true)"
+  JARS=""
+  if [ -n "$HADOOP_CP" ]; then
+    IFS=: read -r -a HADOOP_ENTRIES <<< "$HADOOP_CP"
+    for entry in "${HADOOP_ENTRIES[@]}"; do
+      case "$entry" in
+        */\*) for jar in "${entry%\*}"*.jar "${entry%\*}"*.JAR; do
+                [ -f "$jar" ] && JARS="$JARS${JARS:+:}$jar"
+              done ;;
+        ?*) JARS="$JARS${JARS:+:}$entry" ;;
+      esac
+    done
+  fi
+  CLASSPATH="$JARS${CLASSPATH:+:$CLASSPATH}"
   export CLASSPATH
   JVM_LIB="$(find -L "${JAVA_HOME:-/nonexistent}" -name libjvm.so 2>/dev/null | head -n 1)"
   NATIVE="$HADOOP_HOME/lib/native"

@@ -23,9 +23,11 @@ import subprocess
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from tfyarn.client import driverjvm
+from tfyarn.client.driverjvm import ClassArchive
 from tfyarn.core.appreport import AppReport
 from tfyarn.core.errors import EnvironmentMissing, SpecError, TfYarnError
-from tfyarn.core.timing import CLASSPATH_TIMEOUT_S, WARM_STOP_S
+from tfyarn.core.timing import ARCHIVE_WRITE_S, WARM_STOP_S
 from tfyarn.protocol.skeinlink import App, failures, tfyarns_skein
 
 
@@ -47,23 +49,29 @@ def application_spec(spec: dict) -> Any:
 class Yarn:
     """skein's YARN client (a Java driver process); use as a context manager."""
 
-    def __init__(self, raw: Any) -> None:
+    def __init__(self, raw: Any, archive: ClassArchive | None = None) -> None:
         self.raw = raw
+        self.archive = archive  # the driver's class-data archive (driverjvm)
 
     @classmethod
     def start(cls, principal: str | None, keytab: str | None, log: str,
-              driver_conf: str | None = None, java_options: Sequence[str] = ()) -> Yarn:
+              driver_conf: str | None = None, java_options: Sequence[str] = (),
+              archive_dir: str | None = None) -> Yarn:
         """Start skein's driver, logging to `log`, with the Hadoop client configuration
-        `driver_conf` (None: HADOOP_CONF_DIR's) and `java_options` for its JVM; what is
-        missing is one line."""
+        `driver_conf` (None: HADOOP_CONF_DIR's) and `java_options` for its JVM, from the
+        class-data archive in `archive_dir` (written there as it ends where none is:
+        `driverjvm`); what is missing is one line."""
         skein = tfyarns_skein()
 
+        archive = None
         try:
-            options = _driver_options(driver_conf, java_options)
+            options, archive = _driver_options(driver_conf, java_options, archive_dir)
             return cls(_client_class()(principal=principal, keytab=keytab, log=log,
-                                       log_level="INFO", java_options=options))
+                                       log_level="INFO", java_options=options), archive)
         except (OSError, subprocess.SubprocessError, skein.exceptions.DriverError) as exc:
             message = _start_failure(exc)
+            if archive is not None:  # a JVM that ended in failure may have written one
+                archive.keep(exited_cleanly=False)
         raise _start_error(message, log, principal, keytab)
 
     @classmethod
@@ -84,17 +92,20 @@ class Yarn:
     @staticmethod
     def start_warm(conf_dir: str | None, principal: str | None, keytab: str | None,
                    log: str, driver_conf: str | None = None,
-                   java_options: Sequence[str] = (), owned: bool = False) -> str:
+                   java_options: Sequence[str] = (), owned: bool = False,
+                   archive_dir: str | None = None) -> str:
         """Start (or find) skein's global driver, for this configuration; its address.
         `driver_conf`, where given, is the dir the JVM reads its configuration from;
         `owned`: a dir of tfyarn's own, removed when the driver is stopped (never the
-        site's)."""
+        site's). It maps the class-data archive in `archive_dir` where one is kept, and
+        never writes one (it is stopped by a signal, with a deadline)."""
         skein = tfyarns_skein()
 
         try:
             address = skein.Client.start_global_driver(
                 principal=principal, keytab=keytab, log=log, log_level="INFO",
-                java_options=_driver_options(driver_conf, java_options))
+                java_options=_driver_options(driver_conf, java_options, archive_dir,
+                                             write=False)[0])
         except (OSError, subprocess.SubprocessError, skein.exceptions.DriverError) as exc:
             raise _start_error(_start_failure(exc), log, principal, keytab) from None
         _write_warm({"address": address, "conf_dir": conf_dir, "log": log,
@@ -125,19 +136,33 @@ class Yarn:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self.close(keep_archive=exc[0] is None)
 
-    def close(self) -> None:
+    def close(self, keep_archive: bool = True) -> None:
         """Closes the channel; stops the driver where this call started its own, with
         SIGKILL: every call to it has returned by now (a submit's uploads are closed
         before it answers), and the JVM's orderly exit on its stdin's end (Hadoop's and
         gRPC's shutdown hooks, with nothing left to do) cost 0.35 s of every cold
-        command's end. The warm driver is never stopped here."""
+        command's end. Except once: a driver that writes the class-data archive ends
+        in order (the JVM writes it then), within ARCHIVE_WRITE_S, unless
+        `keep_archive` is false (an error or an interrupt is on its way out). The warm
+        driver is never stopped here."""
         proc = getattr(self.raw, "_proc", None)
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        self.raw.close()
+        archive, self.archive = self.archive, None
+        clean = False
+        try:
+            if proc is not None and proc.poll() is None and archive is not None \
+                    and archive.writing and keep_archive and proc.stdin is not None:
+                proc.stdin.close()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    clean = proc.wait(ARCHIVE_WRITE_S) == 0
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        finally:
+            if archive is not None:
+                archive.keep(clean)
+            self.raw.close()
 
     def submit(self, app_spec: Any, gpus: int) -> str:
         """Submit; a cluster that refuses the request says so in one line (GPUs asked of
@@ -194,25 +219,29 @@ class Yarn:
 DRIVER_JVM_OPTIONS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC")
 
 
-def _driver_options(driver_conf: str | None, java_options: Sequence[str]) -> list[str]:
-    """The JVM options of skein's driver: tfyarn's start-up ones, the user's
-    SKEIN_DRIVER_JAVA_OPTIONS (skein's own setting, which a list given to skein would
-    otherwise replace; later options win), then `java_options`. With `driver_conf`, its
-    classpath too (`-cp`, which wins over the CLASSPATH skein puts in the JVM's
-    environment): that dir first, skein's jar, then Hadoop's jars as `yarn classpath`
-    names them for that dir. So the JVM reads `driver_conf` while this process's own
-    environment stays as it is (a notebook's kernel submits to two clusters in turn)."""
-    java_options = [*DRIVER_JVM_OPTIONS,
-                    *os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", "").split(), *java_options]
-    if driver_conf is None:
-        return java_options
+def _driver_options(driver_conf: str | None, java_options: Sequence[str],
+                    archive_dir: str | None, write: bool = True,
+                    ) -> tuple[list[str], ClassArchive | None]:
+    """The JVM options of skein's driver, and its class-data archive: tfyarn's start-up
+    options, the user's SKEIN_DRIVER_JAVA_OPTIONS (skein's own setting, which a list
+    given to skein would otherwise replace; later options win), `java_options`, the
+    archive's, and the classpath (`-cp`, which wins over any CLASSPATH and spares skein's
+    `yarn classpath --glob`): skein's jar, Hadoop's jars as `yarn classpath` names them for
+    `driver_conf` (None: HADOOP_CONF_DIR), then its dirs, `driver_conf` first
+    (`driverjvm.archivable_order`). So the JVM reads `driver_conf` while this process's
+    own environment stays as it is (a notebook's kernel submits to two clusters in turn)."""
     skein = tfyarns_skein()
 
+    options = [*DRIVER_JVM_OPTIONS, *os.environ.get("SKEIN_DRIVER_JAVA_OPTIONS", "").split(),
+               *java_options]
     jar = os.path.join(os.path.dirname(skein.__file__), "java", "skein.jar")
-    hadoop = subprocess.run(["yarn", "classpath"], capture_output=True, text=True, check=True,
-                            env={**os.environ, "HADOOP_CONF_DIR": driver_conf},
-                            timeout=CLASSPATH_TIMEOUT_S).stdout.strip()
-    return ["-cp", os.pathsep.join([driver_conf, jar, hadoop]), *java_options]
+    classpath = driverjvm.archivable_order(
+        jar, driver_conf, driverjvm.hadoop_classpath(driver_conf, os.environ))
+    java = (os.path.join(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ
+            else shutil.which("java") or "java")
+    archive = driverjvm.ClassArchive.for_driver(archive_dir, java, options, classpath, write)
+    return [*options, *(archive.options() if archive else ()), "-cp",
+            os.pathsep.join(classpath)], archive
 
 
 @functools.cache
