@@ -57,6 +57,9 @@ def test_config_is_well_formed_and_complete(tmp_path, sandbox):
     assert props(conf / "hdfs-site.xml")["dfs.replication"] == "1"
     props(conf / "capacity-scheduler.xml")
     assert subprocess.run(["bash", "-n", str(conf / "hadoop-env.sh")]).returncode == 0
+    opts = subprocess.run(["bash", "-c", f'. {conf / "hadoop-env.sh"}; echo "$HADOOP_OPTS"'],
+                          capture_output=True, text=True, env={}).stdout.split()
+    assert {"-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"} <= set(opts)  # every JVM's
     printed = sandbox_cmd("env", env=env).stdout
     assert f'export HADOOP_CONF_DIR="{conf}"' in printed
 
