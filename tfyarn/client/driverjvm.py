@@ -2,7 +2,7 @@
 
 Every cold command starts skein's driver, a JVM that loads some 6,700 classes of Hadoop's,
 gRPC's and skein's: about 5 s of CPU before it answers. Java's AppCDS maps them from an
-archive instead (a third less CPU and about 1.7 s sooner, measured on the sandbox). The
+archive instead (half the CPU, and about 2 s sooner, measured on the sandbox). The
 first driver that finds no archive writes one as it ends (`-XX:ArchiveClassesAtExit`:
 some seconds added to that one command's end, once per user and JDK/Hadoop install);
 every later driver maps it.
@@ -16,7 +16,7 @@ the configuration dir's, as it does when skein builds the classpath itself.
 The archive is code the JVM runs. It lives in the user's own cache dir (0700,
 owner-checked by `Settings.own_dir`) and is written 0600. It is used only when it is this
 user's (or root's) and nobody else can write to it. Its name is a hash of the JDK, the JVM
-options and every jar (path, size, mtime), so a Hadoop or JDK upgrade gets a new archive,
+flags and every jar (path, size, mtime), so a Hadoop or JDK upgrade gets a new archive,
 never one the JVM would refuse.
 Must not start the driver or talk to YARN (`client/skeinclient.py` does).
 """
