@@ -156,10 +156,10 @@ class Yarn:
                 proc.stdin.close()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     clean = proc.wait(ARCHIVE_WRITE_S) == 0
+        finally:  # an interrupt in the wait above kills the driver too
             if proc is not None and proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        finally:
             if archive is not None:
                 archive.keep(clean)
             self.raw.close()
