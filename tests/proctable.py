@@ -18,6 +18,7 @@ class Proc(NamedTuple):
     env: frozenset[bytes]
     cwd: str = ""  # a forked process (locally: the driver, the fork server, launchers)
     # carries its parent's environment block; its working dir (under the job dir) names it
+    ppid: int = 0  # read with the rest, so a process that exits after the scan still has one
 
 
 def live() -> Iterator[Proc]:
@@ -25,8 +26,9 @@ def live() -> Iterator[Proc]:
     for name in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{name}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    continue
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+            if state == "Z":
+                continue
             with open(f"/proc/{name}/environ", "rb") as f:
                 env = frozenset(f.read().split(b"\0"))
             with open(f"/proc/{name}/cmdline", "rb") as f:
@@ -36,7 +38,7 @@ def live() -> Iterator[Proc]:
             cwd = os.readlink(f"/proc/{name}/cwd")
         except OSError:
             continue
-        yield Proc(int(name), comm, cmd, env, cwd)
+        yield Proc(int(name), comm, cmd, env, cwd, int(ppid))
 
 
 def carrying(*pairs: str) -> list[Proc]:

@@ -83,21 +83,14 @@ def launcher_pid(job_id: str, task: str) -> int:
     import proctable
 
     tag = f"TFYARN_TASK_TAG={job_id}.0.{task}.0".encode()
-    users = [p.pid for p in proctable.live() if tag in p.env]
-    parents = {_ppid(pid) for pid in users}
-    launchers = [pid for pid in parents if comm(pid) == "tfyarn-launcher"]
+    table = list(proctable.live())
+    # The user's shell forks short-lived children (a `sleep 0.05` loop) that carry the tag
+    # too: their parents come from the same scan, never from a later read of /proc.
+    users = [p.pid for p in table if tag in p.env]
+    parents = {p.ppid for p in table if tag in p.env}
+    launchers = [p.pid for p in table if p.pid in parents and p.comm == "tfyarn-launcher"]
     assert len(launchers) == 1, (users, parents)
     return launchers[0]
-
-
-def _ppid(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[1])
-
-
-def comm(pid: int) -> str:
-    with open(f"/proc/{pid}/comm") as f:
-        return f.read().strip()
 
 
 def nothing_left(job_id: str, timeout: float = 20) -> None:
