@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -470,6 +471,30 @@ def test_a_gracefully_decommissioned_node_restarts_the_gang(tmp_path, apps, whol
               .get("nodes", {}).get("node", [])}
     assert states.get(node) == "DECOMMISSIONED", states
     assert final_state(app_id) == "FINISHED/SUCCEEDED"
+
+
+def test_a_nodemanager_ending_while_the_sandbox_starts_is_started_again(whole_cluster):
+    """A decommissioned node's NodeManager takes seconds to end (it waits for log
+    aggregation), so the teardown's `yarn-sandbox start` found it alive and saw it end
+    while waiting: CI's sandbox was stopped whole. Here a frozen NodeManager is killed once
+    `start` has written its config: it is started again and every node is RUNNING."""
+    home = Path(os.environ["HADOOP_CONF_DIR"]).parent
+    index = max(sandbox_nodes().values())
+    pid_file = next((home / "nodes" / str(index) / "pids").glob("*-nodemanager.pid"))
+    pid = int(pid_file.read_text())
+    count = home / "nodes" / "count"
+    written = count.stat().st_mtime_ns
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        start = subprocess.Popen([str(SANDBOX), "start"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        wait_until(lambda: count.stat().st_mtime_ns != written, 120, "start writing its config")
+    finally:
+        os.kill(pid, signal.SIGKILL)
+    _, err = start.communicate(timeout=300)
+    assert start.returncode == 0, err
+    assert "restarting the nodemanager" in err, err
+    assert len(running_nodes()) == len(sandbox_nodes())
 
 
 def test_a_resourcemanager_restart_mid_job_is_ridden_through(tmp_path, apps, whole_cluster):
