@@ -118,9 +118,11 @@ print("SAVED", saved, "STEPS", model.optimizer.iterations.numpy())
 
 def test_the_keras_preemption_callback_saves_once_holds_and_trains_on_in_both_kerases(
         tmp_path):
-    """`tfyarn.preemption_callback(save)` in `model.fit` with a notice already there whose
-    hold lapses 12 s later (the RM changed its mind): `save(1)` once, said in the log, a
-    hold, then the other 7 batches."""
+    """`tfyarn.preemption_callback(save)` in `model.fit` with a notice already there, whose
+    hold the test lapses once the task says it holds (the RM changed its mind): `save(1)`
+    once, said in the log, a hold, then the other 7 batches. The notice is dated ahead, so
+    however long TF's import takes, it is still in force at the first batch (a notice
+    lapsing 12 s after the start failed where the import took longer)."""
     import os
     import subprocess
     import sys
@@ -130,17 +132,30 @@ def test_the_keras_preemption_callback_saves_once_holds_and_trains_on_in_both_ke
     from tfyarn.runtime import preemption
 
     told = tmp_path / preemption.FILE
+    holding = ("tfyarn: saved a checkpoint at step 1 after YARN's preemption notice; holding "
+               "until the containers are taken")
     for legacy in ("", "1"):
         preemption.tell(str(told), "YARN's preemption notice for worker-0 (strict)", [], None)
-        lapses = time.time() - PREEMPTION_HOLD_S + 12  # TF imports in ~4 s of them
-        os.utime(told, (lapses, lapses))
+        ahead = time.time() + 600
+        os.utime(told, (ahead, ahead))
         env = {**os.environ, preemption.ENV: str(told)}
         env.pop("TF_USE_LEGACY_KERAS", None)
         if legacy:
             env["TF_USE_LEGACY_KERAS"] = legacy
-        out = subprocess.run([sys.executable, "-c", FIT_AT_NOTICE], capture_output=True,
-                             text=True, timeout=300, env=env)
-        assert out.returncode == 0, out.stderr[-3000:]
-        assert "SAVED [1] STEPS 8" in out.stdout, (legacy, out.stdout, out.stderr[-2000:])
-        assert "tfyarn: saved a checkpoint at step 1 after YARN's preemption notice; holding " \
-               "until the containers are taken" in out.stderr, out.stderr[-2000:]
+        proc = subprocess.Popen([sys.executable, "-c", FIT_AT_NOTICE], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            err = []
+            for line in proc.stderr:  # to its end if it never holds: then it never blocks
+                err.append(line)
+                if holding in line:
+                    lapsed = time.time() - PREEMPTION_HOLD_S - 1
+                    os.utime(told, (lapsed, lapsed))
+                    break
+            out, rest = proc.communicate(timeout=300)
+        finally:
+            proc.kill()
+        stderr = "".join(err) + rest
+        assert proc.returncode == 0, stderr[-3000:]
+        assert "SAVED [1] STEPS 8" in out, (legacy, out, stderr[-2000:])
+        assert holding in stderr, stderr[-2000:]
