@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the process-table reader and locks the checks share
 import interrupting  # noqa: E402
 import proctable  # noqa: E402
-from locks import held  # noqa: E402
+from locks import cluster_share, slot  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "adult"
 APP_ID = re.compile(r"^application_\d+_\d+$")
@@ -71,17 +71,6 @@ def pytest_runtest_makereport(item, call):
     setattr(item, f"rep_{call.when}", outcome.get_result())
 
 
-@contextlib.contextmanager
-def cluster_share(exclusive: bool) -> Iterator[None]:
-    """The cluster, shared (flock LOCK_SH) or alone (LOCK_EX) among this checkout's test
-    processes. A turnstile, held by an exclusive test while it waits, stops new shared
-    ones, so it waits for the running ones only (flock alone lets readers starve it)."""
-    with contextlib.ExitStack() as share:
-        with held("cluster-turnstile"):
-            share.enter_context(held("cluster-share", shared=not exclusive))
-        yield
-
-
 NEXT = pytest.StashKey["pytest.Item | None"]()
 _kept: contextlib.ExitStack | None = None  # the cluster, alone, between two tests that run alone
 
@@ -98,14 +87,17 @@ def _the_cluster(request) -> Iterator[None]:
     """Autouse, so first set up and last torn down: a test's apps are gone when it lets go.
     A test that runs alone keeps the cluster for the next when that one runs alone too:
     let go between them, the other worker's shared test came in, ran beside nothing (the
-    next waits for it), and CI's suite ran its shared tests one at a time, not in pairs."""
+    next waits for it), and CI's suite ran its shared tests one at a time, not in pairs.
+    The test slot (`scripts/test-suites`) is taken once the cluster is: while this worker
+    waits for the cluster, a unit test runs in the slot."""
     global _kept
     share, _kept = _kept, None
     if share is None:
         share = contextlib.ExitStack()
         share.enter_context(cluster_share(alone(request.node)))
     try:
-        yield
+        with slot():
+            yield
     finally:
         following = request.node.stash.get(NEXT, None)
         if alone(request.node) and following is not None and alone(following):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -12,6 +13,7 @@ from pathlib import Path
 import interrupting
 import proctable
 import pytest
+from locks import beside_the_integration_suite, cluster_share, held, slot
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data" / "adult"
@@ -21,6 +23,20 @@ FIXTURES = REPO.parent / "shared" / "fixtures" / "hadoop-3.3.6"  # what Hadoop 3
 
 def pytest_configure(config: pytest.Config) -> None:
     interrupting.as_from_a_terminal()
+    config.addinivalue_line("markers", "exclusive: stops, starts or reconfigures the sandbox's "
+                            "daemons: runs alone on the cluster, as integration's do")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """Beside the integration suite (`scripts/test-suites`): each test in a test slot, and
+    one marked `exclusive` with the cluster to itself first (taken before the slot, so a
+    wait for the cluster holds none)."""
+    with contextlib.ExitStack() as hold:
+        if beside_the_integration_suite() and item.get_closest_marker("exclusive"):
+            hold.enter_context(cluster_share(exclusive=True))
+        hold.enter_context(slot())
+        yield
 
 
 def real_memory_kill_message() -> str:
@@ -62,15 +78,16 @@ def sandbox() -> dict[str, str]:
     not running yet; CI starts it first) and the env its clients need: what `start` prints
     to export, plus CLASSPATH (`hadoop classpath --glob`) and LD_LIBRARY_PATH with libjvm,
     which libhdfs needs. One pytest process at a time runs `start` (the suite's workers
-    run side by side: the first starts it, the others find it running)."""
-    from locks import held
-
+    run side by side: the first starts it, the others find it running). Beside the
+    integration suite, only `env`: its caller started the sandbox, and a `start` would
+    bring back a node that an integration test stopped on purpose."""
+    command = "env" if beside_the_integration_suite() else "start"
     with held("sandbox-fixture"):
-        out = subprocess.run([str(REPO / "scripts" / "yarn-sandbox"), "start"],
+        out = subprocess.run([str(REPO / "scripts" / "yarn-sandbox"), command],
                              capture_output=True, text=True, timeout=900,
                              env={**os.environ, "SANDBOX_PYTHON": sys.executable})
     if out.returncode != 0:
-        pytest.fail(f"scripts/yarn-sandbox start failed:\n{out.stderr[-4000:]}", pytrace=False)
+        pytest.fail(f"scripts/yarn-sandbox {command} failed:\n{out.stderr[-4000:]}", pytrace=False)
     env = dict(re.findall(r'^export (\w+)="(.*)"$', out.stdout, re.M))
     env["PATH"] = env["PATH"].replace("$PATH", os.environ["PATH"])
     env["CLASSPATH"] = subprocess.run(

@@ -14,6 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from locks import held
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "docker-sandbox"
 
@@ -23,7 +24,9 @@ def test_image() -> str:
     required = os.environ.get("TFYARN_REQUIRE_DOCKER") == "1"
     if not required and not shutil.which("docker") and not shutil.which("dockerd"):
         pytest.skip("no Docker Engine here (scripts/docker-sandbox start installs one)")
-    out = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=900)
+    with held("docker-sandbox"):  # the unit and integration suites may ask at once
+        out = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True,
+                             timeout=900)
     if out.returncode != 0:
         pytest.fail(f"scripts/docker-sandbox start failed:\n{out.stderr[-3000:]}", pytrace=False)
     return out.stdout.strip()

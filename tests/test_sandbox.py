@@ -2,6 +2,7 @@
 
 These use the one sandbox the suite shares (the `sandbox` fixture starts it if needed), and
 for the failure case a second sandbox dir whose daemons cannot bind the first one's ports.
+Beside the integration suite (`scripts/test-suites`), each has the cluster to itself.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import proctable
+import pytest
 from conftest import REPO
 
 SANDBOX = REPO / "scripts" / "yarn-sandbox"
+pytestmark = pytest.mark.exclusive  # starts, kills and restarts the sandbox's daemons
 
 
 def props(path: Path) -> dict[str, str]:
