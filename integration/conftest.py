@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the process-table reader and locks the checks share
 import interrupting  # noqa: E402
 import proctable  # noqa: E402
+import shortjvms  # noqa: E402
 from locks import cluster_share, slot  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "adult"
@@ -37,6 +38,7 @@ APP_ID = re.compile(r"^application_\d+_\d+$")
 
 def pytest_configure(config: pytest.Config) -> None:
     interrupting.as_from_a_terminal()
+    shortjvms.spark_conf_dir(REPO / "build")
     config.addinivalue_line("markers", "concurrent: may share the cluster with another "
                             "test (-n 2); unmarked tests run alone")
     config.addinivalue_line("markers", "exclusive: runs alone, in a concurrent file")

@@ -13,6 +13,7 @@ from pathlib import Path
 import interrupting
 import proctable
 import pytest
+import shortjvms
 from locks import beside_the_integration_suite, cluster_share, held, slot
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,6 +24,7 @@ FIXTURES = REPO.parent / "shared" / "fixtures" / "hadoop-3.3.6"  # what Hadoop 3
 
 def pytest_configure(config: pytest.Config) -> None:
     interrupting.as_from_a_terminal()
+    shortjvms.spark_conf_dir(REPO / "build")
     config.addinivalue_line("markers", "exclusive: stops, starts or reconfigures the sandbox's "
                             "daemons: runs alone on the cluster, as integration's do")
 
