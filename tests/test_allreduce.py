@@ -65,9 +65,12 @@ def test_allreduce_env_for_torch_and_horovod():
 def test_ranks_share_the_containers_vcores():
     from tfyarn.core.tfconfig import thread_env
 
-    assert thread_env(8, 2, {}) == {"OMP_NUM_THREADS": "4"}
-    assert thread_env(1, 2, {}) == {"OMP_NUM_THREADS": "1"}
+    assert thread_env(8, 2, {}) == {"OMP_NUM_THREADS": "4", "TF_NUM_INTRAOP_THREADS": "4",
+                                    "TF_NUM_INTEROP_THREADS": "4"}
+    assert thread_env(1, 2, {}) == {"OMP_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1",
+                                    "TF_NUM_INTEROP_THREADS": "2"}  # 1 could deadlock
     assert thread_env(8, 2, {"OMP_NUM_THREADS": "3"}) == {}  # the user's choice wins
+    assert thread_env(8, 1, {"TF_NUM_INTEROP_THREADS": "3"}) == {}  # any of them
 
 
 def test_device_placement():
@@ -147,7 +150,9 @@ SEE = ("import json, os; print('SEE ' + json.dumps({k: os.environ.get(k) for k i
        "('TFYARN_TASK_TYPE', 'TFYARN_TASK_INDEX', 'CUDA_VISIBLE_DEVICES', "
        "'TF_FORCE_GPU_ALLOW_GROWTH', 'TFYARN_GPU_MEMORY_FRACTION', 'RANK', 'LOCAL_RANK', "
        "'WORLD_SIZE', 'HOROVOD_RANK', "
-       "'HOROVOD_GLOO_RENDEZVOUS_PORT', 'TF_CONFIG')}))")
+       "'HOROVOD_GLOO_RENDEZVOUS_PORT', 'TF_CONFIG', 'OMP_NUM_THREADS', "
+       "'TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS')}))")
+THREADS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
 
 
 def seen(stderr: str) -> dict[str, dict]:
@@ -200,6 +205,22 @@ def test_tensorflow_mpi_ranks_get_horovod_env(el_submit):
     s = seen(out.stderr)
     assert [s[f"worker:{i}"]["HOROVOD_RANK"] for i in range(4)] == ["0", "1", "2", "3"]
     assert len({d["HOROVOD_GLOO_RENDEZVOUS_PORT"] for d in s.values()}) == 1
+
+
+def test_every_tasks_thread_pools_are_its_share_of_its_containers_vcores(el_submit):
+    out = el_submit("-t", "tensorflow-ps", "-pn", "1", "-pc", "1", "-wn", "2", "-wc", "3",
+                    "--local", "-c", py(SEE))
+    assert out.returncode == 0, out.stderr
+    s = seen(out.stderr)
+    assert [s["ps:0"][k] for k in THREADS] == ["1", "1", "2"]  # 1 inter-op thread may deadlock
+    assert [s["chief:0"][k] for k in THREADS] == [s["worker:0"][k] for k in THREADS] == ["3"] * 3
+    out = el_submit("-t", "pytorch", "-wn", "1", "-wc", "4", "-ppn", "2", "--local", "-c", py(SEE))
+    assert out.returncode == 0, out.stderr
+    assert {tuple(d[k] for k in THREADS) for d in seen(out.stderr).values()} == {("2", "2", "2")}
+    mine = el_submit("-t", "tensorflow-worker", "-wn", "1", "-wc", "3", "--local", "-c", py(SEE),
+                     env={"TF_NUM_INTRAOP_THREADS": "7"})
+    assert mine.returncode == 0, mine.stderr
+    assert [seen(mine.stderr)["worker:0"][k] for k in THREADS] == [None, "7", None]
 
 
 def test_a_failing_rank_fails_the_job_fast_naming_it(el_submit):

@@ -195,13 +195,22 @@ def allreduce_env(rank: Rank, master: str, rendezvous: str | None) -> dict[str, 
     return env
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+
+
 def thread_env(vcores: int, k: int, env: Mapping[str, str]) -> dict[str, str]:
-    """OMP_NUM_THREADS for one of k ranks sharing a container's vcores (as torchrun does:
-    otherwise every rank spins a thread per core and they oversubscribe the CPUs); a
-    value the user set wins."""
-    if "OMP_NUM_THREADS" in env:
+    """Thread pools sized to one of k processes' share of a container's vcores, for every
+    task type: OpenMP's (PyTorch, MKL, as torchrun sets it) and TensorFlow's intra-op pool
+    get the share, its inter-op pool the share but at least 2 (one thread can deadlock on
+    ops that wait on each other). Otherwise each process sizes them to the node's every
+    core: on a shared node, a task that asked for 1 core competes with its neighbours'
+    (YARN's default executor does not confine CPUs), and its spinning threads burn CPU.
+    Where the user set any of THREAD_VARS, they chose: none is set."""
+    if any(name in env for name in THREAD_VARS):
         return {}
-    return {"OMP_NUM_THREADS": str(max(1, vcores // k))}
+    share = max(1, vcores // k)
+    return {"OMP_NUM_THREADS": str(share), "TF_NUM_INTRAOP_THREADS": str(share),
+            "TF_NUM_INTEROP_THREADS": str(max(2, share))}
 
 
 # ---------------------------------------------------------------- GPU placement

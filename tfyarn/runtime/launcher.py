@@ -561,8 +561,8 @@ class Launcher:
             slot.rank = rank.rank
             env.update(identity_env(slot.task, job_id, rank.size))
             env.update(allreduce_env(rank, ranks.master, ranks.rendezvous))
-            vcores = job.container_of(slot.task).resources.vcores
-            env.update(thread_env(vcores, len(slot.hosted.tasks), {**os.environ, **env}))
+        vcores = job.container_of(slot.task).resources.vcores
+        env.update(thread_env(vcores, len(slot.hosted.tasks), {**os.environ, **env}))
         user = self.settings.user
         attempt = self.args.attempt if cluster.attempt is None else cluster.attempt
         env.update(run_env(attempt, checkpoint_dir(job.checkpoint_dir, job_id, user),
