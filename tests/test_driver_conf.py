@@ -1,7 +1,7 @@
 """The Hadoop configuration skein's driver is started with (`siteconf.client_conf`): the
 site's own, with faster HDFS close retries and a shorter poll after a submit. Read back
-by the real Hadoop client (`hdfs getconf`, and a YarnConfiguration for YARN's keys: the
-sandbox's Hadoop 3.3.6), as the driver's JVM reads it."""
+by the real Hadoop client (a YarnConfiguration with HDFS's files, in one JVM: the sandbox's
+Hadoop 3.3.6), as the driver's JVM reads it."""
 
 from __future__ import annotations
 
@@ -26,24 +26,16 @@ RETRIES = "dfs.client.block.write.locateFollowingBlock.retries"
 POLL = "yarn.client.app-submission.poll-interval"
 
 
-def getconf(sandbox: dict[str, str], conf_dir: str, key: str) -> str:
-    env = {**os.environ, **sandbox, "HADOOP_CONF_DIR": conf_dir,
-           "HADOOP_ROOT_LOGGER": "ERROR,console"}
-    out = subprocess.run([f"{sandbox['HADOOP_HOME']}/bin/hdfs", "getconf", "-confKey", key],
-                         env=env, capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.strip()
-
-
-def yarn_conf(sandbox: dict[str, str], conf_dir: str, key: str) -> str:
-    """`key` as a YarnConfiguration reads it from `conf_dir` (tests/java/YarnConfRead.java;
-    "null": not set, Hadoop's own default in its code serves)."""
+def read_conf(sandbox: dict[str, str], conf_dir: str, *keys: str) -> dict[str, str]:
+    """Each key as Hadoop's clients read it from `conf_dir`: YARN's as a YarnConfiguration,
+    HDFS's as an HdfsConfiguration (tests/java/YarnConfRead.java; "null": not set, Hadoop's
+    own default in its code serves). One JVM for them all."""
     out = subprocess.run([f"{sandbox['JAVA_HOME']}/bin/java", "-cp",
                           f"{conf_dir}:{sandbox['CLASSPATH']}",
-                          str(REPO / "tests" / "java" / "YarnConfRead.java"), key],
+                          str(REPO / "tests" / "java" / "YarnConfRead.java"), *keys],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.strip().split("=", 1)[1]
+    return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
 
 
 def test_the_driver_reads_the_sites_configuration_with_faster_close_retries(sandbox, tmp_path):
@@ -53,16 +45,19 @@ def test_the_driver_reads_the_sites_configuration_with_faster_close_retries(sand
     for name in set(os.listdir(site)) - {HDFS_SITE, YARN_SITE}:  # every other: the site's
         assert os.path.realpath(os.path.join(conf, name)) == \
             os.path.realpath(os.path.join(site, name))
-    assert getconf(sandbox, conf, DELAY) == CLIENT_DEFAULTS[DELAY] == "10"
-    assert getconf(sandbox, conf, RETRIES) == CLIENT_DEFAULTS[RETRIES]
-    assert getconf(sandbox, conf, "dfs.namenode.rpc-address") == "127.0.0.1:9000"  # hdfs-site
-    assert getconf(sandbox, conf, "fs.defaultFS") == "hdfs://127.0.0.1:9000"  # a link
-    assert getconf(sandbox, site, DELAY) == "400"  # Hadoop's default: the site is untouched
+    rm = "yarn.resourcemanager.address"
+    got = read_conf(sandbox, conf, DELAY, RETRIES, "dfs.namenode.rpc-address", "fs.defaultFS",
+                    POLL, rm)
+    site_got = read_conf(sandbox, site, DELAY, POLL, rm)
+    assert got[DELAY] == CLIENT_DEFAULTS[DELAY] == "10"
+    assert got[RETRIES] == CLIENT_DEFAULTS[RETRIES]
+    assert got["dfs.namenode.rpc-address"] == "127.0.0.1:9000"  # hdfs-site
+    assert got["fs.defaultFS"] == "hdfs://127.0.0.1:9000"  # a link
+    assert site_got[DELAY] == "400"  # Hadoop's default: the site is untouched
     # YARN's client polls a submitted application's report every 20 ms, not 200
-    assert yarn_conf(sandbox, conf, POLL) == YARN_CLIENT_DEFAULTS[POLL] == "20"
-    assert yarn_conf(sandbox, conf, "yarn.resourcemanager.address") == \
-        yarn_conf(sandbox, site, "yarn.resourcemanager.address")  # the site's yarn-site
-    assert yarn_conf(sandbox, site, POLL) == "null"
+    assert got[POLL] == YARN_CLIENT_DEFAULTS[POLL] == "20"
+    assert got[rm] == site_got[rm]  # the site's yarn-site
+    assert site_got[POLL] == "null"
 
 
 def test_a_value_the_site_sets_itself_wins(sandbox, tmp_path):
@@ -77,9 +72,8 @@ def test_a_value_the_site_sets_itself_wins(sandbox, tmp_path):
         "</configuration>", f"<property><name>{POLL}</name><value>500</value></property>"
                             "</configuration>"))
     conf = client_conf(str(site), str(tmp_path / "driver-conf"))
-    assert getconf(sandbox, conf, DELAY) == "250"
-    assert getconf(sandbox, conf, RETRIES) == CLIENT_DEFAULTS[RETRIES]
-    assert yarn_conf(sandbox, conf, POLL) == "500"
+    assert read_conf(sandbox, conf, DELAY, RETRIES, POLL) == {
+        DELAY: "250", RETRIES: CLIENT_DEFAULTS[RETRIES], POLL: "500"}
 
 
 def test_a_site_without_hdfs_or_yarn_site_gets_ones_of_the_defaults_alone(tmp_path):
