@@ -111,6 +111,88 @@ def test_without_a_ticket_the_cluster_refuses_and_el_submit_says_what_to_run(tmp
     assert one_error(status).startswith("Error: no Kerberos ticket")
 
 
+def _stale_keytab(tmp_path: Path) -> tuple[str, Path]:
+    """A principal of its own whose keytab holds an old key (its key changed since)."""
+    kdc = {**os.environ, "KRB5_KDC_PROFILE": str(Path(os.environ["KRB5_CONFIG"]).parent /
+                                                   "kdc.conf")}
+    principal, keytab = f"stale{os.getpid()}@TFYARN.TEST", tmp_path / "stale.keytab"
+    for query in (f"addprinc -randkey {principal}", f"ktadd -k {keytab} {principal}",
+                  f"cpw -randkey {principal}"):
+        subprocess.run(["kadmin.local", "-q", query], check=True, capture_output=True, env=kdc)
+    return principal, keytab
+
+
+@pytest.mark.exclusive  # counts the cluster's applications
+def test_a_bad_keytab_is_one_error_naming_the_principal_and_nothing_is_submitted(tmp_path):
+    bare = no_ticket(tmp_path)
+    before = app_count()
+    out, _ = submit("-t", "standalone", *SMALL, "--principal", "nobody@TFYARN.TEST",
+                    "--keytab", os.environ["SANDBOX_KEYTAB"], "-c", "true", env=bare)
+    assert f"holds no key for nobody@TFYARN.TEST (it has: {os.environ['SANDBOX_PRINCIPAL']})" \
+        in one_error(out)
+    principal, keytab = _stale_keytab(tmp_path)
+    out, _ = submit("-t", "standalone", *SMALL, "--principal", principal, "--keytab",
+                    str(keytab), "-c", "true", env=bare)
+    assert one_error(out).startswith(f"Error: Kerberos refused --principal {principal} with "
+                                     f"--keytab {keytab} (")
+    assert app_count() == before
+
+
+# Order matters here (xdist hands tests out in file order): the two tests that take the
+# cluster alone come first, then this one, which mostly waits out the tokens' lifetime
+# (about 5 minutes) on its own worker while the README's `-n 3` runs the rest on the other
+# two; placed later, the phase ended with it running alone.
+LONG = """
+import sys, time
+import tensorflow as tf
+d, end, i = sys.argv[1], time.time() + float(sys.argv[2]), 0
+tf.io.gfile.makedirs(d)
+while time.time() < end:
+    with tf.io.gfile.GFile(f"{d}/step-{i}", "w") as f:
+        f.write(str(i))
+    with tf.io.gfile.GFile(f"{d}/step-{i}") as f:
+        assert f.read() == str(i)
+    print("step", i, "ok", flush=True)
+    i += 1
+    time.sleep(10)
+print("LONGOK", i)
+"""
+
+
+def test_a_job_outliving_its_tokens_lives_by_keytab_and_fails_by_ticket_saying_so(tmp_path):
+    """The sandbox's HDFS delegation tokens die after dfs.namenode.delegation.token.max-
+    lifetime (minutes). Two jobs write and read HDFS through the plugin every 10 s for
+    longer than that: by --principal/--keytab (the tasks log in themselves) to the end;
+    by the ticket cache alone, failing once its token dies, with one line saying what to
+    pass (and no restart: the same tokens would fail again)."""
+    hdfs_site = siteconf.read_site(os.path.join(os.environ["HADOOP_CONF_DIR"], "hdfs-site.xml"))
+    lifetime = int(hdfs_site["dfs.namenode.delegation.token.max-lifetime"]) / 1000
+    assert lifetime <= 600, "start the sandbox with SANDBOX_TOKEN_MAX_S of minutes"
+    (tmp_path / "long.py").write_text(LONG)
+    home = f"hdfs:///user/{os.environ['SANDBOX_PRINCIPAL'].split('@')[0]}"
+    keytab = ["--principal", os.environ["SANDBOX_PRINCIPAL"], "--keytab",
+              os.environ["SANDBOX_KEYTAB"]]
+
+    def start(name: str, *login: str, env: dict) -> subprocess.Popen:
+        cmd = [sys.executable, "-m", "tfyarn.cli", "-t", "standalone", "-wm", "1024", "-f",
+               "long.py", "--max-restarts", "1", *login, "--python", sys.executable, "-c",
+               f"python long.py {home}/long-{name}-{os.getpid()} {lifetime + 40}"]
+        return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    by_keytab = start("keytab", *keytab, env=no_ticket(tmp_path))
+    by_ticket = start("ticket", env=dict(os.environ))
+    out_k, err_k = by_keytab.communicate(timeout=lifetime + 400)
+    out_t, err_t = by_ticket.communicate(timeout=400)
+    assert by_keytab.returncode == 0, err_k[-5000:]
+    assert "LONGOK" in aggregated_logs(out_k.strip().splitlines()[0], "worker:0")
+    assert by_ticket.returncode == 1, err_t[-5000:]
+    error = next(x for x in err_t.splitlines() if x.startswith("Error: "))
+    assert "worker:0: exited with code 1 after its HDFS delegation token expired" in error
+    assert "resubmit with --principal YOU@REALM --keytab KEYTAB" in error, error
+    assert "restarting after" not in err_t, err_t[-3000:]
+
+
 def test_submit_with_the_ticket_cache_then_status_logs_ls_kill():
     out, app_id = submit("-t", "tensorflow-worker", "-wn", "2", *SMALL, "-c",
                          'echo "hello from $TFYARN_TASK_TYPE:$TFYARN_TASK_INDEX"')
@@ -159,33 +241,6 @@ def test_rest_speaks_spnego_where_the_rm_asks_for_it():
     assert apps and all(a.app_id.startswith("application_") for a in apps)
     with pytest.raises(rm.Unavailable, match="401"):
         rm.RestClient.from_conf_dir(conf, user).apps("tfyarn", rm.ALL_STATES)
-
-
-def _stale_keytab(tmp_path: Path) -> tuple[str, Path]:
-    """A principal of its own whose keytab holds an old key (its key changed since)."""
-    kdc = {**os.environ, "KRB5_KDC_PROFILE": str(Path(os.environ["KRB5_CONFIG"]).parent /
-                                                   "kdc.conf")}
-    principal, keytab = f"stale{os.getpid()}@TFYARN.TEST", tmp_path / "stale.keytab"
-    for query in (f"addprinc -randkey {principal}", f"ktadd -k {keytab} {principal}",
-                  f"cpw -randkey {principal}"):
-        subprocess.run(["kadmin.local", "-q", query], check=True, capture_output=True, env=kdc)
-    return principal, keytab
-
-
-@pytest.mark.exclusive  # counts the cluster's applications
-def test_a_bad_keytab_is_one_error_naming_the_principal_and_nothing_is_submitted(tmp_path):
-    bare = no_ticket(tmp_path)
-    before = app_count()
-    out, _ = submit("-t", "standalone", *SMALL, "--principal", "nobody@TFYARN.TEST",
-                    "--keytab", os.environ["SANDBOX_KEYTAB"], "-c", "true", env=bare)
-    assert f"holds no key for nobody@TFYARN.TEST (it has: {os.environ['SANDBOX_PRINCIPAL']})" \
-        in one_error(out)
-    principal, keytab = _stale_keytab(tmp_path)
-    out, _ = submit("-t", "standalone", *SMALL, "--principal", principal, "--keytab",
-                    str(keytab), "-c", "true", env=bare)
-    assert one_error(out).startswith(f"Error: Kerberos refused --principal {principal} with "
-                                     f"--keytab {keytab} (")
-    assert app_count() == before
 
 
 def test_an_expired_ticket_is_one_error_naming_the_principal(tmp_path):
@@ -333,57 +388,6 @@ def test_interact_streams_lines_while_the_job_runs():
         got = [(i, x) for i, x in enumerate(lines) if x.startswith(f"[{task}] n ")]
         assert [x for _, x in got] == [f"[{task}] n {k} of {task}" for k in range(1, 61)]
         assert got[0][0] < finishing, "no line came while the job ran: not read live"
-
-
-LONG = """
-import sys, time
-import tensorflow as tf
-d, end, i = sys.argv[1], time.time() + float(sys.argv[2]), 0
-tf.io.gfile.makedirs(d)
-while time.time() < end:
-    with tf.io.gfile.GFile(f"{d}/step-{i}", "w") as f:
-        f.write(str(i))
-    with tf.io.gfile.GFile(f"{d}/step-{i}") as f:
-        assert f.read() == str(i)
-    print("step", i, "ok", flush=True)
-    i += 1
-    time.sleep(10)
-print("LONGOK", i)
-"""
-
-
-def test_a_job_outliving_its_tokens_lives_by_keytab_and_fails_by_ticket_saying_so(tmp_path):
-    """The sandbox's HDFS delegation tokens die after dfs.namenode.delegation.token.max-
-    lifetime (minutes). Two jobs write and read HDFS through the plugin every 10 s for
-    longer than that: by --principal/--keytab (the tasks log in themselves) to the end;
-    by the ticket cache alone, failing once its token dies, with one line saying what to
-    pass (and no restart: the same tokens would fail again)."""
-    hdfs_site = siteconf.read_site(os.path.join(os.environ["HADOOP_CONF_DIR"], "hdfs-site.xml"))
-    lifetime = int(hdfs_site["dfs.namenode.delegation.token.max-lifetime"]) / 1000
-    assert lifetime <= 600, "start the sandbox with SANDBOX_TOKEN_MAX_S of minutes"
-    (tmp_path / "long.py").write_text(LONG)
-    home = f"hdfs:///user/{os.environ['SANDBOX_PRINCIPAL'].split('@')[0]}"
-    keytab = ["--principal", os.environ["SANDBOX_PRINCIPAL"], "--keytab",
-              os.environ["SANDBOX_KEYTAB"]]
-
-    def start(name: str, *login: str, env: dict) -> subprocess.Popen:
-        cmd = [sys.executable, "-m", "tfyarn.cli", "-t", "standalone", "-wm", "1024", "-f",
-               "long.py", "--max-restarts", "1", *login, "--python", sys.executable, "-c",
-               f"python long.py {home}/long-{name}-{os.getpid()} {lifetime + 40}"]
-        return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
-
-    by_keytab = start("keytab", *keytab, env=no_ticket(tmp_path))
-    by_ticket = start("ticket", env=dict(os.environ))
-    out_k, err_k = by_keytab.communicate(timeout=lifetime + 400)
-    out_t, err_t = by_ticket.communicate(timeout=400)
-    assert by_keytab.returncode == 0, err_k[-5000:]
-    assert "LONGOK" in aggregated_logs(out_k.strip().splitlines()[0], "worker:0")
-    assert by_ticket.returncode == 1, err_t[-5000:]
-    error = next(x for x in err_t.splitlines() if x.startswith("Error: "))
-    assert "worker:0: exited with code 1 after its HDFS delegation token expired" in error
-    assert "resubmit with --principal YOU@REALM --keytab KEYTAB" in error, error
-    assert "restarting after" not in err_t, err_t[-3000:]
 
 
 def other_user(tmp_path: Path) -> dict:
