@@ -110,3 +110,49 @@ def test_history_on_a_port_it_cannot_have_is_one_line_exit_2(args, flag, tmp_pat
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1, out.stderr
     assert lines[0].startswith("Error: ") and flag in lines[0] and "Traceback" not in out.stderr
+
+
+def test_history_lists_running_local_jobs_while_the_resourcemanager_does_not_answer(tmp_path):
+    """A ResourceManager that does not answer (restarting, unreachable) leaves out only its
+    applications: a local job running beside is still listed, and the listing says what it
+    could not read. (CI saw the local job vanish while another test restarted the RM.)"""
+    import socket
+    import urllib.request
+
+    with socket.socket() as closed:  # a port nothing listens on once this block ends
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "core-site.xml").write_text("<configuration></configuration>\n")
+    (conf / "yarn-site.xml").write_text(
+        "<configuration><property><name>yarn.resourcemanager.webapp.address</name>"
+        f"<value>127.0.0.1:{port}</value></property></configuration>\n")
+    gate = tmp_path / "go"
+    env = {**os.environ, "TMPDIR": str(tmp_path), "HOME": str(tmp_path),
+           "TFYARN_HISTORY_DIR": str(tmp_path / "kept")}
+    env.pop("HADOOP_CONF_DIR", None)
+    job = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "standalone", "--local",
+                            "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"],
+                           cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True)
+    history = None
+    try:
+        job_id = job.stdout.readline().strip()
+        assert next((x for x in job.stderr if x.startswith("tfyarn: job page: ")), None)
+        history = subprocess.Popen([sys.executable, "-m", "tfyarn", "history", "--port", "0"],
+                                   env={**env, "HADOOP_CONF_DIR": str(conf)},
+                                   stderr=subprocess.PIPE, text=True)
+        assert history.stderr is not None
+        listing = history.stderr.readline().split(": ", 2)[2].strip()
+        with urllib.request.urlopen(listing, timeout=60) as response:
+            body = response.read().decode()
+        assert job_id and job_id in body
+        assert "running jobs: ResourceManager REST API did not answer" in body, body[-2000:]
+    finally:
+        gate.touch()
+        if history is not None:
+            history.terminate()
+            history.communicate(timeout=60)
+        job.communicate(timeout=120)
+    assert job.returncode == 0

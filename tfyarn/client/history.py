@@ -32,7 +32,7 @@ import stat
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -200,10 +200,12 @@ def listed(view: JobView) -> Listed:
 
 @dataclass
 class HistoryReader:
-    """What `tfyarn history` serves: kept pages from `shelves`, and `running()` jobs."""
+    """What `tfyarn history` serves: kept pages from `shelves`, and the jobs each of
+    `running` lists, each read on its own: a ResourceManager that does not answer leaves
+    out its applications, never the local jobs."""
 
     shelves: list[Shelf]
-    running: Callable[[], list[Listed]] = list
+    running: Sequence[Callable[[], list[Listed]]] = ()
     job_dirs: Callable[[str], str | None] = lambda _job_id: None  # a kept local job's dir
     notes: list[str] = field(default_factory=list)  # what the listing leaves out, and why
     views: dict[str, JobView] = field(default_factory=dict)  # read once: never change
@@ -221,10 +223,12 @@ class HistoryReader:
                 problems.append(str(exc))
         named.sort(key=lambda n: n[0], reverse=True)
         kept = self._views([(job_id, shelf) for _, job_id, shelf in named[:LISTED]], problems)
-        try:
-            live = [r for r in self.running() if r.job_id not in kept]
-        except EnvironmentMissing as exc:
-            live, problems = [], [*problems, f"running jobs: {exc}"]
+        live: list[Listed] = []
+        for source in self.running:
+            try:
+                live += [r for r in source() if r.job_id not in kept]
+            except EnvironmentMissing as exc:
+                problems.append(f"running jobs: {exc}")
         rows = live + [listed(v) for v in kept.values()]
         rows.sort(key=lambda r: r.started, reverse=True)
         return rows, problems

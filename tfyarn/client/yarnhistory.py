@@ -66,19 +66,21 @@ def history_of(opts: ClientOptions, dirs: tuple[str, ...]) -> history.HistoryRea
             except EnvironmentMissing as exc:
                 notes.append(f"the cluster's kept pages are not listed: {exc}")
 
-    def running() -> list[history.Listed]:
-        apps = []
-        if yarn:
-            try:
-                apps = rest_client(opts).apps(appspec.APP_TAG, rm.ACTIVE_STATES)
-            except rm.Unavailable as exc:
-                raise EnvironmentMissing(str(exc)) from None
-        return history.running_yarn(apps) + history.running_local(settings.tmpdir)
+    def running_apps() -> list[history.Listed]:
+        try:
+            apps = rest_client(opts).apps(appspec.APP_TAG, rm.ACTIVE_STATES)
+        except rm.Unavailable as exc:
+            raise EnvironmentMissing(str(exc)) from None
+        return history.running_yarn(apps)
+
+    def running_local() -> list[history.Listed]:
+        return history.running_local(settings.tmpdir)
 
     def job_dir(job_id: str) -> str | None:
         from tfyarn.client.jobdir import find_job_dir
 
         return find_job_dir(job_id, settings) if job_id.startswith("local_") else None
+    running = [running_apps, running_local] if yarn else [running_local]
     return history.HistoryReader(shelves, running, job_dir, notes)
 
 
