@@ -133,7 +133,8 @@ def test_history_lists_running_local_jobs_while_the_resourcemanager_does_not_ans
            "TFYARN_HISTORY_DIR": str(tmp_path / "kept")}
     env.pop("HADOOP_CONF_DIR", None)
     job = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "standalone", "--local",
-                            "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"],
+                            "-c", f"for i in $(seq 1200); do [ -e {gate} ] && break; "
+                            "sleep 0.1; done"],  # ends by itself should the test stop early
                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True)
     history = None
