@@ -146,13 +146,13 @@ def test_yarn_services_per_container(tmp_path):
 
 # ---------------------------------------------------------------- real local jobs
 
-SEE = ("import json, os; print('SEE ' + json.dumps({k: os.environ.get(k) for k in "
-       "('TFYARN_TASK_TYPE', 'TFYARN_TASK_INDEX', 'CUDA_VISIBLE_DEVICES', "
-       "'TF_FORCE_GPU_ALLOW_GROWTH', 'TFYARN_GPU_MEMORY_FRACTION', 'RANK', 'LOCAL_RANK', "
-       "'WORLD_SIZE', 'HOROVOD_RANK', "
-       "'HOROVOD_GLOO_RENDEZVOUS_PORT', 'TF_CONFIG', 'OMP_NUM_THREADS', "
-       "'TF_NUM_INTRAOP_THREADS', 'TF_NUM_INTEROP_THREADS')}))")
 THREADS = ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS")
+SEEN_VARS = ("TFYARN_TASK_TYPE", "TFYARN_TASK_INDEX", "CUDA_VISIBLE_DEVICES",
+             "TF_FORCE_GPU_ALLOW_GROWTH", "TFYARN_GPU_MEMORY_FRACTION", "RANK", "LOCAL_RANK",
+             "WORLD_SIZE", "HOROVOD_RANK", "HOROVOD_GLOO_RENDEZVOUS_PORT", "TF_CONFIG",
+             *THREADS)
+SEE = ("import json, os; print('SEE ' + json.dumps({k: os.environ.get(k) for k in "
+       f"{SEEN_VARS!r}}}))")
 
 
 def seen(stderr: str) -> dict[str, dict]:
