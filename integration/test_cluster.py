@@ -589,6 +589,13 @@ def stepper_and_urgent(tmp_path: Path, apps: list[str], stepper_args: str, urgen
     return a, a_id, b, b_id, state
 
 
+def stepper_lines(logs: str) -> str:
+    """What a STEPPER job's logs say of its steps, and tfyarn's words: a failed assertion's
+    message (the whole logs are pages of YARN's)."""
+    return "\n".join(line for line in logs.splitlines()
+                     if "step" in line or line.startswith(("tfyarn:", "Container: ")))
+
+
 def preempted_stepper(tmp_path: Path, apps: list[str], how: str, every: int = 0):
     """A preempted for B (stepper_and_urgent); both ended. A's stderr, its id, and the
     state dir."""
@@ -613,7 +620,7 @@ def test_a_preemption_notice_becomes_a_checkpoint_and_the_restart_resumes_from_i
     at = re.findall(r"^saved a checkpoint at step (\d+) after YARN's preemption notice", logs,
                     re.M)
     resumed = re.findall(r"^attempt 1 resumed from step (\d+)", logs, re.M)
-    assert at and resumed and set(resumed) == {at[0]}, (at, resumed)
+    assert at and resumed and set(resumed) == {at[0]}, stepper_lines(logs)
     reached = max(int((state / f"last{t}.0").read_text()) for t in range(3))
     assert 0 <= reached - int(at[0]) <= 1, (reached, at)  # steps lost to the preemption
     assert saved >= int(at[0])
@@ -629,7 +636,8 @@ def test_a_task_that_ends_at_the_notice_counts_as_preempted_and_resumes(tmp_path
     logs = aggregated_logs(a_id)
     at = re.findall(r"^saved a checkpoint at step (\d+) after YARN's preemption notice", logs,
                     re.M)
-    assert at and set(re.findall(r"^attempt 1 resumed from step (\d+)", logs, re.M)) == {at[0]}
+    resumed = re.findall(r"^attempt 1 resumed from step (\d+)", logs, re.M)
+    assert at and set(resumed) == {at[0]}, stepper_lines(logs)
 
 
 # Attempt 0: task 0 kills itself at once (a restart follows). Attempt 1: each task says it

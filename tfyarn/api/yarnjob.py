@@ -189,7 +189,12 @@ class YarnBackend(_Backend):
         waited = False
         while time.monotonic() < deadline:
             rep = rest_report(self.id, self.opts)
-            if rep is None or (rep.log_aggregation or "SUCCEEDED") in rm.AGGREGATED:
+            if rep is None:
+                say(f"the ResourceManager's REST API did not say whether every node uploaded "
+                    f"{self.id}'s logs: here is what YARN has; any rest later: tfyarn logs "
+                    f"{self.id}")
+                return
+            if (rep.log_aggregation or "SUCCEEDED") in rm.AGGREGATED:
                 return
             lost = never_uploading(self.id, self.opts)
             if lost:
