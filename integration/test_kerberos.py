@@ -423,8 +423,9 @@ def denied(call) -> str:
 def test_another_principal_neither_kills_views_nor_reads_the_job(tmp_path):
     """docs/security.md C1-C4 with Kerberos, as tfyarn-mallory@TFYARN.TEST (no ACL entry):
     `yarn application -kill` is refused and the job runs on; the job page through the
-    RM's proxy is refused; the staged job (skein's .skein/APP, with the --env values) and
-    tfyarn's HDFS dir (checkpoints, models, kept pages) are unreadable; the secret shows
+    RM's proxy is refused; the staged job (skein's .skein/APP, with the --env values),
+    skein's jar that the owner's AMs run (.skein/jars: nor writable) and tfyarn's HDFS dir
+    (checkpoints, models, kept pages) are unreadable; the secret shows
     nowhere mallory can look. The owner then kills it."""
     secret = "tok-" + os.urandom(6).hex()
     proc = subprocess.Popen([sys.executable, "-m", "tfyarn.cli", "-t", "standalone", *SMALL,
@@ -458,8 +459,10 @@ def test_another_principal_neither_kills_views_nor_reads_the_job(tmp_path):
         staged_dir = f"/user/{owner}/.skein/{app_id}"
         files = mine.list(staged_dir)
         assert files, "skein staged nothing?"
-        for path in (staged_dir, f"/user/{owner}/.tfyarn"):
+        jars = f"/user/{owner}/.skein/jars"  # skein's jar, run by the owner's AMs (0016)
+        for path in (staged_dir, f"/user/{owner}/.tfyarn", jars):
             denied(lambda path=path: theirs_hdfs.list(path))
+        denied(lambda: theirs_hdfs.write(f"{jars}/forged.jar", b"not skein"))
         for name in files:  # the job JSON among them, with SERVICE_TOKEN's value
             said = denied(lambda name=name: theirs_hdfs.read(f"{staged_dir}/{name}").__enter__())
             assert secret not in said

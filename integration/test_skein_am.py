@@ -1,6 +1,7 @@
 """tfyarn's build of skein's ApplicationMaster on the sandbox's YARN (#42): the jar a
 running application's AM runs is the patched one, and a second AM attempt knows it is
-one (patch 0004). The preemption notice (patch 0005) is checked where a preemption
+one (patch 0004), and it comes from the user's one HDFS copy, never from one another user
+could write (0016). The preemption notice (patch 0005) is checked where a preemption
 happens, in test_cluster.py; the watch race (0002) in tests/test_skein_build.py and
 test_skein_store.py.
 
@@ -8,13 +9,19 @@ A plain skein application here, not a tfyarn job: the master script is the drive
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import posixpath
+import pwd
 import time
 import urllib.request
+from pathlib import Path
 
 import pytest
 from conftest import final_state, wait_until
 
+from tfyarn.hdfs import webhdfs
 from tfyarn.protocol.skeinlink import tfyarns_skein
 
 pytestmark = pytest.mark.concurrent  # may share the cluster (integration/conftest.py)
@@ -73,3 +80,71 @@ def test_a_second_am_attempt_knows_it_is_one_and_runs_the_patched_jar(skein_clie
     assert [int(a["id"]) for a in attempts] == [1, 2], attempts
     skein_client.kill_application(app_id)
     wait_until(lambda: final_state(app_id).startswith("KILLED"), 120, f"{app_id} KILLED")
+
+
+# The master reports the file its container runs skein's jar from (.skein.jar's target:
+# a PRIVATE resource lies in the user's filecache, an APPLICATION one in appcache/APP).
+JAR_SCRIPT = """\
+python - <<'EOF'
+import os, skein
+skein.ApplicationClient.from_current().kv["jar"] = os.path.realpath(".skein.jar").encode()
+EOF
+exec sleep 600
+"""
+OWNER = pwd.getpwuid(os.geteuid()).pw_name
+
+
+def hdfs_as(user: str):
+    """WebHDFS as `user` (the plain sandbox: simple authentication)."""
+    return webhdfs.client_for("hdfs:///", os.environ["HADOOP_CONF_DIR"], user)
+
+
+def am_jar(client, apps: list[str]) -> tuple[str, list[str]]:
+    """A plain skein application's AM: the file it ran skein's jar from, and the names
+    staged for it in HDFS (~/.skein/APP); killed after."""
+    skein = tfyarns_skein()
+    spec = skein.ApplicationSpec(
+        name="tfyarn-am-jar", queue="default",
+        master=skein.Master(script=JAR_SCRIPT, resources=skein.Resources(memory=512, vcores=1)))
+    app_id = client.submit(spec)
+    apps.append(app_id)
+    try:
+        staged = hdfs_as(OWNER).list(f"/user/{OWNER}/.skein/{app_id}")
+        return client.connect(app_id, wait=True).kv.wait("jar").decode(), staged
+    finally:
+        client.kill_application(app_id)
+
+
+@pytest.mark.exclusive  # replaces the copy that other applications' AMs localize
+def test_the_am_runs_the_users_one_copy_of_the_jar_and_never_one_others_could_write(
+        skein_client, apps):
+    """Patch 0016: skein's jar is not staged per application but kept once per user at
+    ~/.skein/jars/SHA256.jar (0600, dir 0700) and localized as a PRIVATE resource. A copy
+    that others could write, or that another user wrote (this sandbox's HDFS does not
+    enforce permissions, as some clusters' do not; the Kerberized one's refuses them:
+    test_kerberos.py), is not run: that application gets the jar staged as before, and
+    the copy is never rewritten by the driver."""
+    jar = Path(tfyarns_skein().__file__).parent / "java" / "skein.jar"
+    shared = f"/user/{OWNER}/.skein/jars/{hashlib.sha256(jar.read_bytes()).hexdigest()}.jar"
+    mine = hdfs_as(OWNER)
+    ran, staged = am_jar(skein_client, apps)
+    before = mine.status(shared)
+    assert (before["owner"], before["permission"], before["length"]) == \
+        (OWNER, "600", jar.stat().st_size), before
+    assert mine.status(posixpath.dirname(shared))["permission"] == "700"
+    assert f"/usercache/{OWNER}/filecache/" in ran and "/appcache/" not in ran, ran
+    assert not any(name.endswith(".jar") for name in staged), staged
+    mine.set_permission(shared, "666")  # as if another user could have replaced it
+    try:
+        ran, staged = am_jar(skein_client, apps)
+    finally:
+        mine.set_permission(shared, "600")
+    assert "/appcache/" in ran and "skein.jar" in staged, (ran, staged)
+    assert mine.status(shared)["modificationTime"] == before["modificationTime"]
+    hdfs_as("tfyarn-mallory").write(shared, b"not skein", overwrite=True)
+    try:
+        ran, staged = am_jar(skein_client, apps)
+        assert "/appcache/" in ran and "skein.jar" in staged, (ran, staged)
+        assert mine.status(shared)["owner"] == "tfyarn-mallory"  # left for the owner to see
+    finally:
+        mine.delete(shared)  # the next submission writes the copy again
