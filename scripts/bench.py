@@ -624,7 +624,6 @@ def compiled() -> None:
 def scale_table(sizes: list[int], repeat: int) -> dict:
     """Medians per size, interleaved with the Popen anchor (launch overhead)."""
     out: dict = {}
-    compiled()
     pairs = [launch_pair() for _ in range(repeat)]
     ours, anchor, after = (statistics.median(p[i] for p in pairs) for i in (0, 1, 2))
     out["launch_4_tasks_s"], out["popen_anchor_s"] = round(ours, 3), round(anchor, 3)
@@ -1139,7 +1138,9 @@ def main() -> None:
 
 
 def measure(ns: argparse.Namespace) -> tuple[str, dict]:
-    """The mode the flags ask for, and its figures."""
+    """The mode the flags ask for, and its figures (tfyarn byte-compiled first, in every
+    mode: the YARN figures were once taken without, 0.2 s more on each client's start)."""
+    compiled()
     if ns.preemption:
         return "preemption", preemption_costs(ns.repeat)
     if ns.history:
