@@ -184,7 +184,9 @@ class YarnBackend(_Backend):
         """Until YARN says every node uploaded the ended application's logs (each
         NodeManager uploads its own, seconds after the end), bounded: a node lost while
         the job ran never uploads, so the wait is said, and what YARN has is shown: at
-        once when only nodes the RM lists LOST are left (`never_uploading`)."""
+        once when only nodes the RM lists LOST are left (`never_uploading`), or when the
+        RM's REST API does not answer (said too: not waited for, as a gateway without
+        REST access would wait on every call)."""
         deadline = time.monotonic() + AGGREGATION_WAIT_S
         waited = False
         while time.monotonic() < deadline:
