@@ -179,7 +179,7 @@ def tfyarn_logs(app_id: str, task: str | None = None,
     deadline = time.monotonic() + wait_s
     while True:
         out = subprocess.run(cmd, capture_output=True, text=True)
-        if _logs_shown(out) and not _partly(out) or time.monotonic() > deadline:
+        if _logs_whole(out) or time.monotonic() > deadline:
             return out
         time.sleep(3)
 
@@ -189,16 +189,16 @@ def _logs_shown(out: subprocess.CompletedProcess) -> bool:
     return out.returncode == 0 and bool(out.stdout.strip()) and "is running" not in out.stdout
 
 
-def _partly(out: subprocess.CompletedProcess) -> bool:
-    """tfyarn logs said YARN may not have every live node's logs yet (not a lost node's,
-    which never come: that it says otherwise)."""
-    return "any rest later: tfyarn logs" in out.stderr
+def _logs_whole(out: subprocess.CompletedProcess) -> bool:
+    """tfyarn logs showed them, and did not say YARN may not have every live node's yet
+    (a lost node's never come: that it says in other words)."""
+    return _logs_shown(out) and "any rest later: tfyarn logs" not in out.stderr
 
 
 def aggregated_logs(app_id: str, task: str | None = None, wait_s: float = 240) -> str:
     """tfyarn logs' output (with its words on stderr where it failed or showed part)."""
     out = tfyarn_logs(app_id, task, wait_s)
-    return out.stdout if _logs_shown(out) and not _partly(out) else out.stdout + out.stderr
+    return out.stdout if _logs_whole(out) else out.stdout + out.stderr
 
 
 @pytest.fixture
