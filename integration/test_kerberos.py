@@ -459,10 +459,12 @@ def test_another_principal_neither_kills_views_nor_reads_the_job(tmp_path):
         staged_dir = f"/user/{owner}/.skein/{app_id}"
         files = mine.list(staged_dir)
         assert files, "skein staged nothing?"
-        jars = f"/user/{owner}/.skein/jars"  # skein's jar, run by the owner's AMs (0016)
+        # skein's jar and the AMs' class-data archive, run by the owner's AMs (0016, 0017)
+        jars = f"/user/{owner}/.skein/jars"
         for path in (staged_dir, f"/user/{owner}/.tfyarn", jars):
             denied(lambda path=path: theirs_hdfs.list(path))
-        denied(lambda: theirs_hdfs.write(f"{jars}/forged.jar", b"not skein"))
+        for forged in ("forged.jar", "forged.jsa"):
+            denied(lambda forged=forged: theirs_hdfs.write(f"{jars}/{forged}", b"not skein"))
         for name in files:  # the job JSON among them, with SERVICE_TOKEN's value
             said = denied(lambda name=name: theirs_hdfs.read(f"{staged_dir}/{name}").__enter__())
             assert secret not in said

@@ -5,6 +5,9 @@ could write (0016). The preemption notice (patch 0005) is checked where a preemp
 happens, in test_cluster.py; the watch race (0002) in tests/test_skein_build.py and
 test_skein_store.py.
 
+The AM's JVM maps its classes from the user's class-data archive (0017), dumped by a first
+AM as it exits, never from one another user could write.
+
 A plain skein application here, not a tfyarn job: the master script is the driver."""
 
 from __future__ import annotations
@@ -148,3 +151,76 @@ def test_the_am_runs_the_users_one_copy_of_the_jar_and_never_one_others_could_wr
         assert mine.status(shared)["owner"] == "tfyarn-mallory"  # left for the owner to see
     finally:
         mine.delete(shared)  # the next submission writes the copy again
+
+
+# The master reports the localized class-data archive its AM's JVM (the driver's parent)
+# maps, if any, then waits for the test's word and ends: an AM that ends itself dumps an archive
+# where it had none (0017).
+ARCHIVE_SCRIPT = """\
+AM_PID=$PPID python - <<'EOF'
+import os, skein
+maps = open(f"/proc/{os.environ['AM_PID']}/maps").read().split("\\n")
+mapped = sorted({line.split()[-1] for line in maps  # not the JDK's own archive
+                 if line.endswith(".jsa") and "/filecache/" in line})
+kv = skein.ApplicationClient.from_current().kv
+kv["mapped"] = " ".join(mapped).encode()
+kv.wait("done")
+EOF
+"""
+
+
+def am_archive(client, apps: list[str]) -> str:
+    """A plain skein application that ends itself: the archive file its AM's JVM mapped
+    ("" for none)."""
+    skein = tfyarns_skein()
+    spec = skein.ApplicationSpec(
+        name="tfyarn-am-archive", queue="default",
+        master=skein.Master(script=ARCHIVE_SCRIPT,
+                            resources=skein.Resources(memory=512, vcores=1)))
+    app_id = client.submit(spec)
+    apps.append(app_id)
+    app = client.connect(app_id, wait=True)
+    mapped = app.kv.wait("mapped").decode()
+    app.kv["done"] = b"1"
+    wait_until(lambda: final_state(app_id) == "FINISHED/SUCCEEDED", 120, f"{app_id} ended")
+    return mapped
+
+
+def archives(fs, digest: str) -> list[str]:
+    """The user's class-data archives for skein's jar `digest` (one per jar copy and
+    cluster)."""
+    jars = f"/user/{OWNER}/.skein/jars"
+    return [name for name in (fs.list(jars) if fs.status(jars, strict=False) else [])
+            if name.startswith(f"{digest}-") and name.endswith(".jsa")]
+
+
+@pytest.mark.exclusive  # replaces the archive that other applications' AMs map
+def test_the_am_maps_the_users_class_archive_and_never_one_others_could_write(
+        skein_client, apps):
+    """Patch 0017: an AM with no archive dumps one as it exits, kept beside the jar's
+    copy as ~/.skein/jars/DIGEST-KEY.jsa (0600); the next AM's JVM maps it (seen in its
+    /proc/PID/maps, localized PRIVATE into the user's filecache). One that others could
+    write, or another user wrote, is not mapped: the AM loads its classes as before."""
+    jar = Path(tfyarns_skein().__file__).parent / "java" / "skein.jar"
+    digest = hashlib.sha256(jar.read_bytes()).hexdigest()
+    jars, mine = f"/user/{OWNER}/.skein/jars", hdfs_as(OWNER)
+    for name in archives(mine, digest):
+        mine.delete(f"{jars}/{name}")
+    assert am_archive(skein_client, apps) == ""  # none yet: this AM dumps one
+    wait_until(lambda: archives(mine, digest), 120, "the first AM's archive kept")
+    [name] = archives(mine, digest)
+    kept = mine.status(f"{jars}/{name}")
+    assert (kept["owner"], kept["permission"]) == (OWNER, "600"), kept
+    mapped = am_archive(skein_client, apps)
+    assert f"/usercache/{OWNER}/filecache/" in mapped and mapped.endswith(name), mapped
+    mine.set_permission(f"{jars}/{name}", "666")  # as if another user could have replaced it
+    try:
+        assert am_archive(skein_client, apps) == ""
+    finally:
+        mine.set_permission(f"{jars}/{name}", "600")
+    hdfs_as("tfyarn-mallory").write(f"{jars}/{name}", b"not an archive", overwrite=True)
+    try:
+        assert am_archive(skein_client, apps) == ""
+        assert mine.status(f"{jars}/{name}")["owner"] == "tfyarn-mallory"  # left to see
+    finally:
+        mine.delete(f"{jars}/{name}")  # the next AM dumps one again
