@@ -167,13 +167,22 @@ def test_a_killed_nodemanager_is_restarted_by_start(sandbox):
 
 
 def test_a_daemon_that_cannot_start_is_named_and_nothing_is_left(tmp_path, sandbox):
-    """A second sandbox on the same machine: its daemons find the ports taken."""
+    """A second sandbox on the same machine: its daemons find the ports taken. Its
+    ResourceManager's state, left by an earlier life with no daemon of it running now, is
+    dropped before any daemon starts: none of those applications' containers survived."""
     second = tmp_path / "second"
+    earlier = second / "rm-state" / "FSRMStateRoot" / "RMAppRoot" / "application_1_0001"
+    earlier.mkdir(parents=True)
     out = sandbox_cmd("start", env={"TFYARN_SANDBOX": str(second)})
     assert out.returncode == 1
+    assert not list((second / "rm-state").iterdir()), out.stderr
+    assert "no NodeManager was running: the ResourceManager starts with no application of " \
+           "an earlier start" in out.stderr
     assert re.search(r"the (namenode|datanode|resourcemanager|nodemanager\d*) died while starting",
                      out.stderr), out.stderr
     assert "BindException" in out.stderr or "Address already in use" in out.stderr, out.stderr
     assert "nothing of the sandbox is left running" in out.stderr
     assert not [p.cmdline for p in proctable.live() if str(second / "conf") in p.cmdline]
     assert sandbox_cmd("status").returncode == 0  # the first sandbox is untouched
+    first = Path(sandbox["HADOOP_CONF_DIR"]).parent / "rm-state" / "FSRMStateRoot"
+    assert first.is_dir()
