@@ -20,6 +20,7 @@ import time
 
 import pytest
 
+from tfyarn.core.tfconfig import Task
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import App
 
@@ -113,3 +114,23 @@ def test_gangs_feeds_made_and_dropped_while_puts_flow(running_app):
     assert not errors, errors
     putter.kv_put("test-last", b"1")
     assert store.wait("test-last", timeout=5) == "1"
+
+
+def test_a_launchers_puts_in_one_round_trip_reach_a_follower_key_by_key(running_app):
+    """`KV.put_many` (a launcher registering its tasks, then saying they started): one
+    skein transaction, and a follower's feed still gets each key as its own put, as the
+    driver reads them; a plain get reads each back."""
+    putter, follower = _connect(running_app), _connect(running_app)
+    store = kvmod.Scoped(kvmod.SkeinKV(putter), FIRST_GANG)
+    feed = kvmod.SkeinKV(follower).feed([f"gang/{FIRST_GANG}/addr"])
+    assert feed.next(0) == {}
+    addrs = {kvmod.addr_key(Task("worker", i)): f"127.0.0.1:{40000 + i}"
+             for i in range(16)}
+    store.put_many(addrs)
+    seen: dict[str, str] = {}
+    deadline = time.monotonic() + 30
+    while len(seen) < len(addrs) and time.monotonic() < deadline:
+        seen.update(feed.next(deadline - time.monotonic()))
+    feed.close()
+    assert seen == {f"gang/{FIRST_GANG}/{k}": v for k, v in addrs.items()}
+    assert {k: store.get(k) for k in addrs} == addrs

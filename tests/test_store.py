@@ -100,6 +100,21 @@ def test_scan_reads_nested_keys_and_skips_temp_files(tmp_path):
     assert kvmod.Scoped(store, 0).scan("exit/") == {"exit/worker:1": "{}"}
 
 
+def test_a_gangs_puts_at_once_land_under_its_prefix_and_reach_the_feed(tmp_path):
+    """`put_many` (a launcher's tasks registered at once) through a gang's view: each key
+    under the gang's prefix, each one in the driver's feed."""
+    driver = kvmod.DirKV(str(tmp_path), watcher=True)
+    feed = driver.feed(["gang/3/addr"])
+    assert feed.next(0) == {}
+    kvmod.Scoped(kvmod.DirKV(str(tmp_path)), 3).put_many(
+        {"addr/worker:0": "h:1", "addr/worker:1": "h:2"})
+    changed: dict[str, str] = {}
+    while len(changed) < 2:
+        changed.update(feed.next(30))
+    assert changed == {"gang/3/addr/worker:0": "h:1", "gang/3/addr/worker:1": "h:2"}
+    assert driver.scan("gang/") == changed
+
+
 def test_descendants_are_found_through_the_tree_even_when_orphaned(tmp_path):
     """A child that started a daemon (setsid, double fork) and exited: as the subreaper we
     inherit the daemon, and walking our children finds it."""

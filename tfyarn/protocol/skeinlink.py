@@ -20,7 +20,7 @@ import contextlib
 import functools
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from tfyarn.core.errors import EnvironmentMissing, StoreGone
@@ -114,6 +114,13 @@ class App:
 
     def kv_put(self, key: str, value: bytes) -> None:
         gone_on_failure(self.raw.kv.__setitem__, key, value)
+
+    def kv_put_many(self, items: Mapping[str, bytes]) -> None:
+        """Every put in one transaction: one round trip, not one each."""
+        import skein
+
+        puts = [skein.kv.put(key, value) for key, value in items.items()]
+        gone_on_failure(self.raw.kv.transaction, on_success=puts)
 
     def kv_get(self, key: str) -> bytes | None:
         return gone_on_failure(self.raw.kv.get, key)

@@ -75,10 +75,9 @@ from tfyarn.core.timing import (
     heartbeat_s,
 )
 from tfyarn.hdfs import plugin as hdfs
-from tfyarn.hdfs.spnego import Negotiator
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import users_env
-from tfyarn.runtime import docker, keytab, nodegpus, preemption, steps
+from tfyarn.runtime import docker, keytab, preemption, steps
 from tfyarn.runtime.callfn import RESULT_VAR
 from tfyarn.system import spawn, streams, tree
 
@@ -476,11 +475,12 @@ class Launcher:
         for hosted in self.args.hosted:
             for j, task in enumerate(hosted.tasks):
                 sock = reserve_port()
-                slot = Slot(task, j, sock, f"{host}:{sock.getsockname()[1]}",
-                            f"{hosted.tag}.{j}", hosted)
-                self.store.put(kvmod.addr_key(task), slot.addr)
-                say(f"registered at {slot.addr}", task, to=hosted.err)
-                slots.append(slot)
+                slots.append(Slot(task, j, sock, f"{host}:{sock.getsockname()[1]}",
+                                  f"{hosted.tag}.{j}", hosted))
+        # every task's address in one put: one round trip however many tasks it hosts
+        self.store.put_many({kvmod.addr_key(slot.task): slot.addr for slot in slots})
+        for slot in slots:
+            say(f"registered at {slot.addr}", slot.task, to=slot.hosted.err)
         self.milestones.update(launched=tree.started_at(), registered=time.time())
         deadline = time.monotonic() + self.args.job.register_timeout_s + CLUSTER_WAIT_SLACK_S
         cluster = wait_for_cluster(self.store, self.flag, deadline)
@@ -497,8 +497,14 @@ class Launcher:
         ranks = None if raw is None else RankTable.from_json(raw, kvmod.RANKS)
         devices = {id(h): self.devices(h) for h in self.args.hosted}
         self.slots = slots
-        for slot in slots:
-            self.start(slot, self.env_for(slot, cluster, ranks, devices[id(slot.hosted)]))
+        started: dict[str, str] = {}
+        try:
+            for slot in slots:
+                started[kvmod.start_key(slot.task)] = self.start(
+                    slot, self.env_for(slot, cluster, ranks, devices[id(slot.hosted)]))
+        finally:  # what did start is said, in one put, even if a later start failed
+            if started:
+                self.store.put_many(started)
         supervise(slots, self.flag, self.args.job.stop_grace_s, {self.watchdog}, self.ended)
 
     def docker_problem(self, host: str) -> str | None:
@@ -531,23 +537,35 @@ class Launcher:
     def devices(self, hosted: Hosted) -> list[str]:
         """A container's GPU ids: on YARN ("auto") the ones its NodeManager assigned
         (asked once; under YARN's docker runtime the runtime's numbering), said in the
-        task's log where YARN did not say; locally the ones given."""
+        task's log where YARN did not say; locally the ones given. `nodegpus` (and with it
+        urllib's HTTP client, 25 ms of a launcher's start: #46) is imported only where a
+        container has GPUs."""
         if hosted.gpus != "auto":
             devices = [] if hosted.gpus == "none" else hosted.gpus.split(",")
             if devices and self.card_mib is None:
+                from tfyarn.runtime import nodegpus
+
                 self.card_mib = nodegpus.local_card_mib()
             return devices
         gpus = self.args.job.container_of(hosted.tasks[0]).resources.gpus
-        assignment = nodegpus.Assignment(None)
-        if gpus > 0 and not os.environ.get("NVIDIA_VISIBLE_DEVICES"):
-            login = self.login
-            assignment = nodegpus.ask_node(
-                os.environ, None if login is None else Negotiator(ccache=login.ccache))
-        self.card_mib = assignment.card_mib or (nodegpus.local_card_mib() if gpus else None)
-        devices, guess = container_devices(gpus, os.environ, assignment.devices)
+        assigned: tuple[str, ...] | None = None
+        why = ""
+        self.card_mib = None
+        if gpus > 0:
+            from tfyarn.runtime import nodegpus
+
+            assignment = nodegpus.Assignment(None)
+            if not os.environ.get("NVIDIA_VISIBLE_DEVICES"):
+                from tfyarn.hdfs.spnego import Negotiator
+
+                login = self.login
+                assignment = nodegpus.ask_node(
+                    os.environ, None if login is None else Negotiator(ccache=login.ccache))
+            assigned, why = assignment.devices, assignment.why
+            self.card_mib = assignment.card_mib or nodegpus.local_card_mib()
+        devices, guess = container_devices(gpus, os.environ, assigned)
         if guess is not None:
-            say(f"{guess}" + (f" ({assignment.why})" if assignment.why else ""),
-                str(hosted.tasks[0]), to=hosted.err)
+            say(f"{guess}" + (f" ({why})" if why else ""), str(hosted.tasks[0]), to=hosted.err)
         return devices
 
     def env_for(self, slot: Slot, cluster: Cluster, ranks: RankTable | None,
@@ -607,7 +625,9 @@ class Launcher:
             user=f"{os.getuid()}:{os.getgid()}", memory_mb=a.memory_of(slot.task) // len(a.tasks),
             gpus=slot.gpus)
 
-    def start(self, slot: Slot, env_vars: dict[str, str]) -> None:
+    def start(self, slot: Slot, env_vars: dict[str, str]) -> str:
+        """Start the task's process; its Started record, for the caller to put (a
+        container's tasks' records go in one put)."""
         a, job_id = self.args, self.settings.job_id or "unknown"
         login = self.login
         if login is not None:  # docker forwards env_vars by name: the cache's too
@@ -622,14 +642,14 @@ class Launcher:
             argv = shell_argv(a.job.command)
         slot.child = spawn.start(argv, env, cwd=slot.hosted.cwd, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, parent_death=signal.SIGKILL)
-        self.store.put(kvmod.start_key(slot.task),
-                       Started(slot.child.pid, time.time(), **self.milestones).to_json())
+        record = Started(slot.child.pid, time.time(), **self.milestones).to_json()
         prefix = f"[{slot.task}] ".encode() if len(slot.hosted.tasks) > 1 else b""
         assert slot.child.stdout is not None and slot.child.stderr is not None
         slot.pumps = (streams.LinePump(slot.child.stdout, slot.hosted.out, prefix=prefix,
                                        hub=self.pumps),
                       streams.LinePump(slot.child.stderr, slot.hosted.task_err, prefix=prefix,
                                        notice=token_expired, hub=self.pumps))
+        return record
 
     def ended(self, slot: Slot, code: int) -> None:
         for pump in slot.pumps:
