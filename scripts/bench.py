@@ -43,12 +43,13 @@
   trivial app: seconds to the application id and to the client's exit, and ratios;
   yarn_gang_restart_s: a worker's SIGKILL until every task of the new gang runs;
   yarn_64_tasks_running_s: a 64-rank job (4 containers x 16) from el_submit's start
-  until every rank runs; and `phases`, a table for each (printed on stderr too): every
-  milestone's median offset and the phase that ends there, from the client's clock (the
-  id printed, its exit), the ResourceManager's (accepted, AM launched, FINISHED) and the
-  job's own (its kept page: the driver's start, each gang asked and ended, the last
-  launcher started, registered, reading the cluster spec, starting the user code, the
-  verdict); bare skein's beside where it has them;
+  until every rank runs, and _warm_s the same with a warm driver; and `phases`, a table
+  for each (printed on stderr too): every milestone's median offset and the phase that
+  ends there, from the client's clock (the id printed, its exit), the ResourceManager's
+  (accepted, AM launched, FINISHED) and the job's own (its kept page: the driver's
+  start, each gang asked and ended, the last launcher started, registered, reading the
+  cluster spec, starting the user code, the verdict); bare skein's beside where it has
+  them;
 - with --pipeline [yarn|local] (#31): the one-program census (examples/census_spark/
   census_program.py, CENSUS_COPIES=60: about two million rows; Spark with one executor
   core) run by pl_submit twice, pipelined (training submitted at Spark's first shard) and
@@ -792,6 +793,16 @@ def yarn_rates(repeat: int) -> dict:
     many = [yarn_many_tasks() for _ in range(repeat)]
     out["yarn_64_tasks_running_s"] = round(statistics.median(m[0] for m in many), 2)
     phases["ranks_64"] = phase_table([m[1] for m in many])
+    warm_many = []  # the same with a warm driver: what is left once the client's JVM is
+    for _ in range(repeat):
+        subprocess.run([*tfyarn, "skein-driver", "start"], check=True, capture_output=True)
+        try:
+            _timed_submit(el)  # its first call loads classes (warm_first, above)
+            warm_many.append(yarn_many_tasks())
+        finally:
+            subprocess.run([*tfyarn, "skein-driver", "stop"], check=True, capture_output=True)
+    out["yarn_64_tasks_running_warm_s"] = round(statistics.median(m[0] for m in warm_many), 2)
+    phases["ranks_64_warm"] = phase_table([m[1] for m in warm_many])
     out["phases"] = phases
     for title, rows in phases.items():
         print_phases(title, rows)
