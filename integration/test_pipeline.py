@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 
 import pytest
@@ -81,13 +82,28 @@ def one_program_census(apps, fault, restarted: str) -> None:
     app_id = proc.stdout.readline().strip()
     assert APP_ID.match(app_id), proc.communicate(timeout=60)[1][-5000:]
     apps.append(app_id)
+    said_lines: list[str] = []  # pl_submit's stderr as it comes
+
+    def read_stderr() -> None:
+        for line in proc.stderr:
+            said_lines.append(line)
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     # both workers' first checkpoint: the job resumes from the newest step every worker
     # saved, and worker:0 may still be writing its own as worker:1's appears (a fault
-    # then finds nothing to resume from and the job rightly starts over)
-    wait_until(lambda: all(hdfs_exists(f"{ckpt}/worker-{i}/checkpoint") for i in (0, 1)),
-               600, "both workers' first checkpoint")
+    # then finds nothing to resume from and the job rightly starts over). And Spark's write
+    # done, its executors given back, as it usually is by then: on a loaded CI machine it
+    # once ended after the fault, and the killed node held Spark's own ApplicationMaster,
+    # so the executors could not be given back (CI, 2026-11-30)
+    wait_until(lambda: all(hdfs_exists(f"{ckpt}/worker-{i}/checkpoint") for i in (0, 1))
+               and any("data: written" in line for line in said_lines),
+               600, "both workers' first checkpoint, and Spark's write done")
     fault(app_id)
-    out, err = proc.communicate(timeout=900)
+    proc.wait(timeout=900)
+    reader.join(timeout=60)
+    proc.stdout.close()
+    err = "".join(said_lines)
     assert proc.returncode == 0, err[-5000:]
     assert re.search(restarted, err), err[-5000:]
     logs = aggregated_logs(app_id)

@@ -120,6 +120,7 @@ while step < (limit if attempt == 0 else start + 100):
     if task == "0" and every and step % every == 0:
         saved.write_text(str(step))
     if notice and tfyarn.preempting():
+        (state / f"held{task}.{attempt}").write_text(str(step))  # each task's own count
         if task == "0":
             saved.write_text(str(step))
             print(f"saved a checkpoint at step {step} after YARN's preemption notice", flush=True)
