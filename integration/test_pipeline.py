@@ -94,8 +94,8 @@ def one_program_census(apps, fault, restarted: str) -> None:
     # saved, and worker:0 may still be writing its own as worker:1's appears (a fault
     # then finds nothing to resume from and the job rightly starts over). And Spark's write
     # done, its executors given back, as it usually is by then: on a loaded CI machine it
-    # once ended after the fault, and the killed node held Spark's own ApplicationMaster,
-    # so the executors could not be given back (CI, 2026-11-30)
+    # once ended after the fault, Spark lost a container of its own with the killed node
+    # (`killExecutors`: connection reset), and kept its executors (CI, 2026-11-30)
     wait_until(lambda: all(hdfs_exists(f"{ckpt}/worker-{i}/checkpoint") for i in (0, 1))
                and any("data: written" in line for line in said_lines),
                600, "both workers' first checkpoint, and Spark's write done")
