@@ -84,6 +84,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -754,6 +755,17 @@ def print_phases(title: str, rows: list[list], file=sys.stderr) -> None:
         print(f"  {name:<34} {at:8.3f} {took:10.3f}", file=file)
 
 
+@contextlib.contextmanager
+def warm_driver() -> Iterator[None]:
+    """`tfyarn skein-driver start` for the submits inside, stopped after them."""
+    tfyarn = [sys.executable, "-m", "tfyarn"]
+    subprocess.run([*tfyarn, "skein-driver", "start"], check=True, capture_output=True)
+    try:
+        yield
+    finally:
+        subprocess.run([*tfyarn, "skein-driver", "stop"], check=True, capture_output=True)
+
+
 def yarn_rates(repeat: int) -> dict:
     """On the sandbox YARN, interleaved: a trivial el_submit job with and without the
     warm skein driver (its second job: `warm`; the first a driver serves, which also loads
@@ -763,20 +775,15 @@ def yarn_rates(repeat: int) -> dict:
     where each one's seconds went (phase tables: the milestones' medians)."""
     el = [sys.executable, "-m", "tfyarn.cli", "-t", "tensorflow-worker", "-wn", "1",
           "--python", sys.executable, "-c", "true"]
-    tfyarn = [sys.executable, "-m", "tfyarn"]
     cold, warm, bare, first = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="tfyarn-bench-skein-") as unpacked:
         stock = stock_skein(unpacked)
         for _ in range(repeat):
             bare.append(_timed_submit([sys.executable, "-c", BARE_SKEIN], stock))
             cold.append(_timed_submit(el))
-            subprocess.run([*tfyarn, "skein-driver", "start"], check=True, capture_output=True)
-            try:  # a warm driver serves many submits; its first call also loads classes
+            with warm_driver():  # it serves many submits; its first call also loads classes
                 first.append(_timed_submit(el))
                 warm.append(_timed_submit(el))
-            finally:
-                subprocess.run([*tfyarn, "skein-driver", "stop"], check=True,
-                               capture_output=True)
     med = {name: (statistics.median(r[0] for r in runs), statistics.median(r[1] for r in runs))
            for name, runs in (("bare", bare), ("cold", cold), ("warm", warm),
                               ("warm_first", first))}
@@ -793,14 +800,11 @@ def yarn_rates(repeat: int) -> dict:
     many = [yarn_many_tasks() for _ in range(repeat)]
     out["yarn_64_tasks_running_s"] = round(statistics.median(m[0] for m in many), 2)
     phases["ranks_64"] = phase_table([m[1] for m in many])
-    warm_many = []  # the same with a warm driver: what is left once the client's JVM is
+    warm_many = []  # the same with a warm driver: without the cold client's JVM start
     for _ in range(repeat):
-        subprocess.run([*tfyarn, "skein-driver", "start"], check=True, capture_output=True)
-        try:
+        with warm_driver():
             _timed_submit(el)  # its first call loads classes (warm_first, above)
             warm_many.append(yarn_many_tasks())
-        finally:
-            subprocess.run([*tfyarn, "skein-driver", "stop"], check=True, capture_output=True)
     out["yarn_64_tasks_running_warm_s"] = round(statistics.median(m[0] for m in warm_many), 2)
     phases["ranks_64_warm"] = phase_table([m[1] for m in warm_many])
     out["phases"] = phases
