@@ -32,7 +32,10 @@
   N one `el_submit -t tensorflow-worker -wn N --local` of 5 s tasks, the whole tree
   measured: wall_s, start_s (launch until every task runs), teardown_s (the last task's
   end until el_submit exits), cpu_s (every process, reaped: getrusage), tfyarn's own PSS,
-  idle cores while the tasks sleep (scheduler nanoseconds, not ticks); and
+  idle cores while the tasks sleep (scheduler nanoseconds, not ticks), and beside it
+  (n{N}_popen) the floor: the same N commands Popen'ed by a bare Python script with the
+  launchers' death signal, its wall_s, start_s and cpu_s (on 2 cores, 256 of these
+  commands' own starts take about a second); and
   idle_cores_256_tasks over 10 s of a settled 256-task job; cpu_split_N (the largest
   N): that job's CPU by process (client, driver, fork server, launchers, the tasks'
   commands) beside the same commands Popen'ed alone and a fork server's N do-nothing
@@ -454,7 +457,8 @@ def scale_run(n: int) -> dict[str, float]:
                                  "-wn", str(n), "--local", "-c", SCALE_CMD], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         job_id = proc.stdout.readline().strip()
-        while len(_stamps(stamps, "s")) < n and proc.poll() is None:
+        # names only while waiting: reading 256 stamps every 50 ms took CPU from the job
+        while sum(f.startswith("s") for f in os.listdir(stamps)) < n and proc.poll() is None:
             time.sleep(0.05)
         time.sleep(0.3)
         pids = _tfyarn_pids(job_id, proc.pid)
@@ -473,6 +477,19 @@ def scale_run(n: int) -> dict[str, float]:
         return {"wall_s": end - t0, "start_s": max(_stamps(stamps, "s")) - t0,
                 "teardown_s": end - max(ends), "cpu_s": cpu, "cpu_per_task_ms": 1000 * cpu / n,
                 "pss_mib": pss, "pss_per_task_mib": pss / n, "idle_cores": idle}
+
+
+def popen_run(n: int) -> dict[str, float]:
+    """The floor of `scale_run`: the same n commands Popen'ed by a bare Python script
+    (TASK_ANCHOR, the launchers' death signal too), timed the same way."""
+    with tempfile.TemporaryDirectory() as stamps:
+        before, t0 = _children_cpu(), time.time()
+        subprocess.run([sys.executable, "-c", TASK_ANCHOR, SCALE_CMD, str(n)], check=True,
+                       env={**os.environ, "STAMPS": stamps}, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        end = time.time()
+        return {"wall_s": end - t0, "start_s": max(_stamps(stamps, "s")) - t0,
+                "cpu_s": _children_cpu() - before}
 
 
 ROLES = {"tfyarn-forks": "fork_server", "tfyarn-driver": "driver"}  # their ps -o comm names
@@ -632,9 +649,11 @@ def scale_table(sizes: list[int], repeat: int) -> dict:
     out["launch_overhead_s"] = round(ours - anchor, 3)
     out["exit_after_verdict_s"] = round(after, 3)
     for n in sizes:
-        runs = [scale_run(n) for _ in range(repeat if n <= 64 else 1)]
-        out[f"n{n}"] = {k: None if any(r[k] is None for r in runs) else
-                        round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+        times = repeat if n <= 64 else 1
+        for name, run in ((f"n{n}", scale_run), (f"n{n}_popen", popen_run)):
+            runs = [run(n) for _ in range(times)]
+            out[name] = {k: None if any(r[k] is None for r in runs) else
+                         round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
     out[f"cpu_split_{max(sizes)}"] = cpu_split(max(sizes))
     out["idle_cores_256_tasks"] = round(idle_cores(256, window=10.0, settle=15.0), 4)
     return out

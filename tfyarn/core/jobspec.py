@@ -9,6 +9,7 @@ Must not do I/O: paths are checked where flags are parsed.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -322,6 +323,13 @@ class JobSpec:
 
     def tasks(self) -> tuple[tfconfig.Task, ...]:
         """Every task of the job, ps first, in a stable order."""
+        return self._tasks
+
+    # Derived once per spec (frozen: it cannot change), not per call: a local launcher
+    # of 64 tasks looked each one's container up, and the driver listed every task at
+    # each event, rebuilding all 256 of them each time (#46).
+    @functools.cached_property
+    def _tasks(self) -> tuple[tfconfig.Task, ...]:
         return tuple(tfconfig.Task(r.name, i) for r in self.roles for i in range(r.instances))
 
     @property
@@ -337,6 +345,10 @@ class JobSpec:
         """The containers, in order: one per ps, then the worker-side tasks (chief first)
         in groups of `tasks_per_container`. A one-task container is named after its task
         (`ps-0`, `chief-0`, `worker-1`); a group `workers-0`, `workers-1`, ..."""
+        return self._containers
+
+    @functools.cached_property
+    def _containers(self) -> tuple[Container, ...]:
         ps = [t for t in self.tasks() if t.type == "ps"]
         rest = [t for t in self.tasks() if t.type != "ps"]
         k = self.tasks_per_container
@@ -348,7 +360,11 @@ class JobSpec:
         return tuple(out)
 
     def container_of(self, task: tfconfig.Task) -> Container:
-        return next(c for c in self.containers() if task in c.tasks)
+        return self._container_of[task]
+
+    @functools.cached_property
+    def _container_of(self) -> dict[tfconfig.Task, Container]:
+        return {t: c for c in self.containers() for t in c.tasks}
 
     def memory_sizes(self, role: str) -> tuple[int, ...]:
         """What `role`'s containers may be given: the asked size, then the grown ones

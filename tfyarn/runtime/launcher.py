@@ -531,6 +531,17 @@ class Launcher:
         return problem
 
     @functools.cached_property
+    def command_argv(self) -> list[str]:
+        """The tasks' command line (bash found on PATH once, not once a task)."""
+        return shell_argv(self.args.job.command)
+
+    @functools.cached_property
+    def node_env(self) -> dict[str, str]:
+        """The container's environment as this launcher got it, read once: each task's
+        env starts from it, and `os.environ` decodes every item each time it is copied."""
+        return dict(os.environ)
+
+    @functools.cached_property
     def login(self) -> keytab.KeytabLogin | None:
         return keytab.KeytabLogin.of_job(dict(self.args.job.env), os.getcwd())
 
@@ -580,7 +591,7 @@ class Launcher:
             env.update(identity_env(slot.task, job_id, rank.size))
             env.update(allreduce_env(rank, ranks.master, ranks.rendezvous))
         vcores = job.container_of(slot.task).resources.vcores
-        env.update(thread_env(vcores, len(slot.hosted.tasks), {**os.environ, **env}))
+        env.update(thread_env(vcores, len(slot.hosted.tasks), {**self.node_env, **env}))
         user = self.settings.user
         attempt = self.args.attempt if cluster.attempt is None else cluster.attempt
         env.update(run_env(attempt, checkpoint_dir(job.checkpoint_dir, job_id, user),
@@ -599,7 +610,7 @@ class Launcher:
             slot.gpus = [d for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d]
             env.update(docker.gpu_options(slot.gpus)[1])
         else:
-            env.update(hdfs.plugin_env({**os.environ, **env}))  # `import tensorflow`: hdfs://
+            env.update(hdfs.plugin_env({**self.node_env, **env}))  # `import tensorflow`: hdfs://
         return env
 
     @property
@@ -632,14 +643,14 @@ class Launcher:
         login = self.login
         if login is not None:  # docker forwards env_vars by name: the cache's too
             env_vars = {**env_vars, "KRB5CCNAME": login.ccache}
-        env = users_env({**os.environ, **env_vars, TAG_VAR: slot.tag})
+        env = users_env({**self.node_env, **env_vars, TAG_VAR: slot.tag})
         if login is not None:
             env = login.task_env(env)
         if self.in_docker:
             slot.container = docker.container_name(job_id, a.gang, str(slot.task))
             argv = self.docker_argv(slot, env_vars)
         else:
-            argv = shell_argv(a.job.command)
+            argv = self.command_argv
         slot.child = spawn.start(argv, env, cwd=slot.hosted.cwd, stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, parent_death=signal.SIGKILL)
         record = Started(slot.child.pid, time.time(), **self.milestones).to_json()

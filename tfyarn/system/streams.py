@@ -110,11 +110,13 @@ class PumpHub:
         os.set_blocking(pump.stream.fileno(), False)
         with self.lock:
             self.pending.append(pump)
+            first = len(self.pending) == 1  # else the wake-up for those before is pending
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, daemon=True)
                 self.thread.start()
-        with contextlib.suppress(BlockingIOError):  # a full pipe: a wake-up is pending
-            os.write(self.wake_w, b"!")
+        if first:
+            with contextlib.suppress(BlockingIOError):  # a full pipe: a wake-up is pending
+                os.write(self.wake_w, b"!")
 
     def _run(self) -> None:
         while True:
