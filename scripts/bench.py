@@ -35,7 +35,9 @@
   idle cores while the tasks sleep (scheduler nanoseconds, not ticks), and beside it
   (n{N}_popen) the floor: the same N commands Popen'ed by a bare Python script with the
   launchers' death signal, its wall_s, start_s and cpu_s (on 2 cores, 256 of these
-  commands' own starts take about a second); and
+  commands' own starts take about a second); n{N}_sleep_5 (the largest N, 3 interleaved
+  pairs): the issue's own case, N tasks of plain `sleep 5`, wall and CPU of el_submit's
+  whole tree against the bare Popen script's; and
   idle_cores_256_tasks over 10 s of a settled 256-task job; cpu_split_N (the largest
   N): that job's CPU by process (client, driver, fork server, launchers, the tasks'
   commands) beside the same commands Popen'ed alone and a fork server's N do-nothing
@@ -45,14 +47,17 @@
   bare skein (PyPI's 0.8.2 as shipped, whose wheel scripts/build-skein keeps) submitting a
   trivial app: seconds to the application id and to the client's exit, and ratios;
   yarn_gang_restart_s: a worker's SIGKILL until every task of the new gang runs;
-  yarn_64_tasks_running_s: a 64-rank job (4 containers x 16) from el_submit's start
-  until every rank runs, and _warm_s the same with a warm driver; and `phases`, a table
-  for each (printed on stderr too): every milestone's median offset and the phase that
-  ends there, from the client's clock (the id printed, its exit), the ResourceManager's
-  (accepted, AM launched, FINISHED) and the job's own (its kept page: the driver's
-  start, each gang asked and ended, the last launcher started, registered, reading the
-  cluster spec, starting the user code, the verdict); bare skein's beside where it has
-  them;
+  yarn_64_tasks_running_s: a 64-rank job (4 containers x 16) from el_submit's start until
+  every rank runs, and _warm_s the same with a warm driver, beside yarn_64_floor_s and
+  _floor_warm_s, its floor on this YARN: the same el_submit (client, staging, AM,
+  containers) with each container's script replaced by 16 shell commands and the driver's
+  by a sleep, no tfyarn process in the application (yarn_64_warm_over_floor_s: what
+  tfyarn's driver, launchers and cluster spec add); and `phases`, a table for each
+  (printed on stderr too): every milestone's median offset and the phase that ends there,
+  from the client's clock (the id printed, its exit), the ResourceManager's (accepted, AM
+  launched, FINISHED) and the job's own (its kept page: the driver's start, each gang
+  asked and ended, the last launcher started, registered, reading the cluster spec,
+  starting the user code, the verdict); bare skein's beside where it has them;
 - with --pipeline [yarn|local] (#31): the one-program census (examples/census_spark/
   census_program.py, CENSUS_COPIES=60: about two million rows; Spark with one executor
   core) run by pl_submit twice, pipelined (training submitted at Spark's first shard) and
@@ -82,6 +87,7 @@ import math
 import os
 import random
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -492,6 +498,24 @@ def popen_run(n: int) -> dict[str, float]:
                 "cpu_s": _children_cpu() - before}
 
 
+def sleep_pair(n: int) -> dict[str, float]:
+    """The issue's own case (#46): n tasks of `sleep 5` and nothing else (no stamps, so no
+    start or teardown split), el_submit --local against the bare Popen script
+    (TASK_ANCHOR): wall and CPU of each whole tree."""
+    out = {}
+    for name, argv in (("tfyarn", [sys.executable, "-m", "tfyarn.cli", "-t",
+                                   "tensorflow-worker", "-wn", str(n), "--local", "-c",
+                                   "sleep 5"]),
+                       ("popen", [sys.executable, "-c", TASK_ANCHOR, "sleep 5", str(n)])):
+        with tempfile.TemporaryDirectory() as tmp:
+            before, t0 = _children_cpu(), time.perf_counter()
+            subprocess.run(argv, env={**os.environ, "TMPDIR": tmp}, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            out[f"{name}_wall_s"] = time.perf_counter() - t0
+            out[f"{name}_cpu_s"] = _children_cpu() - before
+    return out
+
+
 ROLES = {"tfyarn-forks": "fork_server", "tfyarn-driver": "driver"}  # their ps -o comm names
 TASK_ANCHOR = """
 import os, subprocess, sys
@@ -654,6 +678,9 @@ def scale_table(sizes: list[int], repeat: int) -> dict:
             runs = [run(n) for _ in range(times)]
             out[name] = {k: None if any(r[k] is None for r in runs) else
                          round(statistics.median(r[k] for r in runs), 3) for k in runs[0]}
+    pairs = [sleep_pair(max(sizes)) for _ in range(3)]
+    out[f"n{max(sizes)}_sleep_5"] = {k: round(statistics.median(p[k] for p in pairs), 3)
+                                     for k in pairs[0]}
     out[f"cpu_split_{max(sizes)}"] = cpu_split(max(sizes))
     out["idle_cores_256_tasks"] = round(idle_cores(256, window=10.0, settle=15.0), 4)
     return out
@@ -816,15 +843,23 @@ def yarn_rates(repeat: int) -> dict:
     restarts = [yarn_restart() for _ in range(repeat)]
     out["yarn_gang_restart_s"] = round(statistics.median(r[0] for r in restarts), 2)
     phases["gang_restart"] = phase_table([r[1] for r in restarts])
-    many = [yarn_many_tasks() for _ in range(repeat)]
+    many, floor_cold = [], []  # each beside its floor (floor_many_tasks), interleaved
+    for _ in range(repeat):
+        floor_cold.append(floor_many_tasks())
+        many.append(yarn_many_tasks())
     out["yarn_64_tasks_running_s"] = round(statistics.median(m[0] for m in many), 2)
+    out["yarn_64_floor_s"] = round(statistics.median(floor_cold), 2)
     phases["ranks_64"] = phase_table([m[1] for m in many])
-    warm_many = []  # the same with a warm driver: without the cold client's JVM start
+    warm_many, floor = [], []  # the same with a warm driver: without the cold client's JVM
     for _ in range(repeat):
         with warm_driver():
             _timed_submit(el)  # its first call loads classes (warm_first, above)
+            floor.append(floor_many_tasks())
             warm_many.append(yarn_many_tasks())
     out["yarn_64_tasks_running_warm_s"] = round(statistics.median(m[0] for m in warm_many), 2)
+    out["yarn_64_floor_warm_s"] = round(statistics.median(floor), 2)
+    out["yarn_64_warm_over_floor_s"] = round(out["yarn_64_tasks_running_warm_s"]
+                                             - out["yarn_64_floor_warm_s"], 2)
     phases["ranks_64_warm"] = phase_table([m[1] for m in warm_many])
     out["phases"] = phases
     for title, rows in phases.items():
@@ -849,6 +884,49 @@ def yarn_many_tasks(containers: int = 4, per: int = 16) -> tuple[float, dict[str
         marks = job_milestones(run)
         marks["every rank stamped"] = max(values) - run[3]
         return max(values) - run[3], marks
+
+
+FLOOR_MANY = """
+import sys
+from tfyarn.client import appspec
+stamps, per = sys.argv[1], int(sys.argv[2])
+each = (f'for i in $(seq {per}); do date +%s.%N > "{stamps}/$CONTAINER_ID-$i" & done; '
+        'wait; exec sleep 600')
+appspec.task_script = lambda *_args, **_kw: each  # no launcher: no Python, no store
+appspec.driver_script = lambda *_args, **_kw: "exec sleep 600"  # no driver
+sys.argv[:] = ["el_submit", *sys.argv[3:]]
+from tfyarn.cli.entry import el_submit
+el_submit()
+"""
+
+
+def floor_many_tasks(containers: int = 4, per: int = 16) -> float:
+    """The floor of `yarn_many_tasks` on this YARN: the same el_submit (its client, staging,
+    skein's AM with tfyarn's settings, the same containers) with each container's script
+    replaced by one that starts `per` shell commands stamping the time, and the driver's
+    by a sleep: no tfyarn process in the application. From el_submit's start until the
+    last stamp; then Ctrl-C ends it (el_submit kills the application)."""
+    with tempfile.TemporaryDirectory(dir=os.path.expanduser("~")) as stamps:
+        os.chmod(stamps, 0o777)
+        t0 = time.time()
+        proc = subprocess.Popen([sys.executable, "-c", FLOOR_MANY, stamps, str(per), "-t",
+                                 "pytorch", "-wn", str(containers), "-ppn", str(per), "-wm",
+                                 "1024", "--python", sys.executable, "-c", "true"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            until = time.monotonic() + 300
+            while len(os.listdir(stamps)) < containers * per:
+                assert proc.poll() is None and time.monotonic() < until, "the floor job ended"
+                time.sleep(0.05)
+            time.sleep(0.2)  # the last stamps' text
+            values = []
+            for name in os.listdir(stamps):
+                with open(os.path.join(stamps, name)) as f:
+                    values.append(float(f.read()))
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+        return max(values) - t0
 
 
 def yarn_restart() -> tuple[float, dict[str, float]]:
