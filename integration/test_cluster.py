@@ -499,10 +499,11 @@ def test_a_nodemanager_ending_while_the_sandbox_starts_is_started_again(whole_cl
 
 
 def test_a_resourcemanager_restart_mid_job_is_ridden_through(tmp_path, apps, whole_cluster):
-    """Work-preserving recovery: the RM stopped for 15 s (and until `tfyarn status` says
-    it is away) and started again; the job goes on and succeeds; el_submit, `tfyarn logs
-    --follow` (following before the stop) and `tfyarn status` (asked while the RM is away)
-    each say once that the RM is away and once that it is back."""
+    """Work-preserving recovery: the RM stopped for 15 s (and until `tfyarn status` and
+    `logs --follow` have said it is away) and started again; the job goes on and succeeds;
+    el_submit, `tfyarn logs --follow` (following before the stop) and `tfyarn status`
+    (asked while the RM is away) each say once that the RM is away and once that it is
+    back."""
     args, ckpt = resumable(tmp_path, 2, 1000)
     (tmp_path / "resumable.py").write_text(RESUMABLE.replace("time.sleep(600)",
                                                              "time.sleep(45)"))
@@ -515,38 +516,37 @@ def test_a_resourcemanager_restart_mid_job_is_ridden_through(tmp_path, apps, who
     subprocess.run(["yarn", "--config", conf, "--daemon", "stop", "resourcemanager"], check=True)
     status = subprocess.Popen([*tfyarn, "status", app_id], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    status_said: list[str] = []  # its stderr as it comes
-
-    def read_status() -> None:
-        assert status.stderr is not None
-        for line in status.stderr:
-            status_said.append(line)
-
-    reader = threading.Thread(target=read_status, daemon=True)
-    reader.start()
+    told = {status: [], follow: []}  # each one's stderr as it comes
+    readers = [threading.Thread(target=lambda p=p: told[p].extend(iter(p.stderr.readline, "")),
+                                daemon=True) for p in told]
+    for reader in readers:
+        reader.start()
     time.sleep(15)  # the RM's absence itself, not a synchronisation
-    # and until `tfyarn status` has said it is away (its call unanswered 10 s): on a
-    # loaded CI machine the cold client once made its first call only as the RM came
-    # back, and had nothing to say (CI, 2026-11-30)
-    wait_until(lambda: any("does not answer" in line for line in status_said), 180,
-               "tfyarn status saying the ResourceManager is away")
+    # and until the two cold clients, started about the stop, have said it is away (a call
+    # unanswered 10 s): on a loaded CI machine one once made its first call only as the RM
+    # came back, and had nothing to say (CI, 2026-11-30)
+    wait_until(lambda: all(any("does not answer" in line for line in lines)
+                           for lines in told.values()),
+               180, "tfyarn status and logs --follow saying the ResourceManager is away")
     subprocess.run(["yarn", "--config", conf, "--daemon", "start", "resourcemanager"], check=True)
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
     assert f"{app_id} SUCCEEDED" in err
     assert final_state(app_id) == "FINISHED/SUCCEEDED"
-    assert status.stdout is not None
+    assert status.stdout is not None and follow.stdout is not None
     status_out = status.stdout.read()
     status.wait(timeout=120)
-    reader.join(timeout=60)
-    status_err = "".join(status_said)
+    follow_out = follow.stdout.read()
+    follow.wait(timeout=300)
+    for reader in readers:
+        reader.join(timeout=60)
+    status_err, follow_err = "".join(told[status]), "".join(told[follow])
     # asked just as the RM came back, the app may not have resynced yet: a recovered app
     # is ACCEPTED until its AM's next heartbeat (what Hadoop 3.3.6 answered in CI)
     assert status.returncode == 0, status_out + status_err
     assert "state: RUNNING" in status_out or (
         "state: ACCEPTED" in status_out and "Attempt recovered after RM restart" in status_out
     ), status_out + status_err
-    follow_out, follow_err = follow.communicate(timeout=300)
     assert follow.returncode == 0, follow_err
     assert re.search(r"attempt 0 on 127\.0\.0\.\d resumed from", follow_out), follow_out
     for said in (err, status_err, follow_err):
