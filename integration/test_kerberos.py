@@ -83,9 +83,17 @@ def tfyarn(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env=env or dict(os.environ))
 
 
-def app_count() -> int:
-    return len(re.findall(r"^application_\d+_\d+", yarn_cli("application", "-list",
-                                                           "-appStates", "ALL"), re.M))
+def named_apps(name: str) -> list[str]:
+    """The cluster's applications (any state) named `name`: a test that gives its job a
+    name of its own checks what it submitted without counting everyone's, so it need not
+    run alone (waiting out the token-lifetime test, 5 minutes of CI's Kerberos phase)."""
+    return [cols[0] for cols in (line.split() for line in yarn_cli(
+        "application", "-list", "-appStates", "ALL").splitlines())
+        if len(cols) > 1 and APP_ID.match(cols[0]) and cols[1] == name]
+
+
+def own_name() -> str:
+    return f"refused-{os.urandom(4).hex()}"
 
 
 def one_error(out: subprocess.CompletedProcess) -> str:
@@ -96,17 +104,16 @@ def one_error(out: subprocess.CompletedProcess) -> str:
     return errors[0]
 
 
-@pytest.mark.exclusive  # counts the cluster's applications
 def test_without_a_ticket_the_cluster_refuses_and_el_submit_says_what_to_run(tmp_path):
     bare = no_ticket(tmp_path)
     hdfs = subprocess.run(["hdfs", "dfs", "-ls", "/"], capture_output=True, text=True, env=bare)
     assert hdfs.returncode != 0 and "Client cannot authenticate via:[TOKEN, KERBEROS]" in \
         hdfs.stderr
-    before = app_count()
-    out, _ = submit("-t", "standalone", *SMALL, "-c", "true", env=bare)
+    name = own_name()
+    out, _ = submit("-t", "standalone", "-a", name, *SMALL, "-c", "true", env=bare)
     assert one_error(out).startswith(f"Error: no Kerberos ticket in {bare['KRB5CCNAME']}: run "
                                      "kinit")
-    assert app_count() == before  # nothing submitted
+    assert named_apps(name) == []  # nothing submitted
     status = tfyarn("ls", env=bare)
     assert one_error(status).startswith("Error: no Kerberos ticket")
 
@@ -122,26 +129,26 @@ def _stale_keytab(tmp_path: Path) -> tuple[str, Path]:
     return principal, keytab
 
 
-@pytest.mark.exclusive  # counts the cluster's applications
 def test_a_bad_keytab_is_one_error_naming_the_principal_and_nothing_is_submitted(tmp_path):
     bare = no_ticket(tmp_path)
-    before = app_count()
-    out, _ = submit("-t", "standalone", *SMALL, "--principal", "nobody@TFYARN.TEST",
+    name = own_name()
+    out, _ = submit("-t", "standalone", "-a", name, *SMALL, "--principal", "nobody@TFYARN.TEST",
                     "--keytab", os.environ["SANDBOX_KEYTAB"], "-c", "true", env=bare)
     assert f"holds no key for nobody@TFYARN.TEST (it has: {os.environ['SANDBOX_PRINCIPAL']})" \
         in one_error(out)
     principal, keytab = _stale_keytab(tmp_path)
-    out, _ = submit("-t", "standalone", *SMALL, "--principal", principal, "--keytab",
-                    str(keytab), "-c", "true", env=bare)
+    out, _ = submit("-t", "standalone", "-a", name, *SMALL, "--principal", principal,
+                    "--keytab", str(keytab), "-c", "true", env=bare)
     assert one_error(out).startswith(f"Error: Kerberos refused --principal {principal} with "
                                      f"--keytab {keytab} (")
-    assert app_count() == before
+    assert named_apps(name) == []  # nothing submitted
 
 
-# Order matters here (xdist hands tests out in file order): the two tests that take the
-# cluster alone come first, then this one, which mostly waits out the tokens' lifetime
-# (about 5 minutes) on its own worker while the README's `-n 3` runs the rest on the other
-# two; placed later, the phase ended with it running alone.
+# Order matters here (xdist hands tests out in file order): this one comes early, and
+# mostly waits out the tokens' lifetime (about 5 minutes) on its own worker while the
+# README's `-n 3` runs the rest on the other two; placed later, the phase ended with it
+# running alone. No test here runs alone: two that did (counting the cluster's
+# applications) once waited out this one first, 5 minutes of CI (2026-11-30).
 LONG = """
 import sys, time
 import tensorflow as tf
