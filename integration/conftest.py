@@ -113,6 +113,17 @@ def yarn_cli(*args: str, timeout: float = 120) -> str:
     return out.stdout + out.stderr
 
 
+def apps_by_name() -> dict[str, set[str]]:
+    """The cluster's applications, any state, by name (Spark's are tfyarn-pre_train-PROGRAM;
+    a training job's, its -a): one listing, a JVM of 3 s of CPU."""
+    names: dict[str, set[str]] = {}
+    for cols in (line.split() for line in yarn_cli("application", "-list", "-appStates",
+                                                   "ALL").splitlines()):
+        if len(cols) > 1 and APP_ID.match(cols[0]):
+            names.setdefault(cols[1], set()).add(cols[0])
+    return names
+
+
 def yarn_site(name: str, default: str) -> str:
     """A property of the cluster's yarn-site.xml (Hadoop's default when it is not set)."""
     import xml.etree.ElementTree as ET

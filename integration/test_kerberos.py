@@ -25,6 +25,7 @@ from conftest import (
     REPO,
     aggregated_logs,
     aggregation_done,
+    apps_by_name,
     final_state,
     packed_env,
     py,
@@ -83,16 +84,10 @@ def tfyarn(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           text=True, timeout=300, env=env or dict(os.environ))
 
 
-def named_apps(name: str) -> list[str]:
-    """The cluster's applications (any state) named `name`: a test that gives its job a
-    name of its own checks what it submitted without counting everyone's, so it need not
-    run alone (waiting out the token-lifetime test, 5 minutes of CI's Kerberos phase)."""
-    return [cols[0] for cols in (line.split() for line in yarn_cli(
-        "application", "-list", "-appStates", "ALL").splitlines())
-        if len(cols) > 1 and APP_ID.match(cols[0]) and cols[1] == name]
-
-
 def own_name() -> str:
+    """A refused job's name of its own: the test checks what it submitted by name
+    (`apps_by_name`) without counting everyone's applications, so it need not run alone
+    (waiting out the token-lifetime test, 5 minutes of CI's Kerberos phase)."""
     return f"refused-{os.urandom(4).hex()}"
 
 
@@ -113,7 +108,7 @@ def test_without_a_ticket_the_cluster_refuses_and_el_submit_says_what_to_run(tmp
     out, _ = submit("-t", "standalone", "-a", name, *SMALL, "-c", "true", env=bare)
     assert one_error(out).startswith(f"Error: no Kerberos ticket in {bare['KRB5CCNAME']}: run "
                                      "kinit")
-    assert named_apps(name) == []  # nothing submitted
+    assert name not in apps_by_name()  # nothing submitted
     status = tfyarn("ls", env=bare)
     assert one_error(status).startswith("Error: no Kerberos ticket")
 
@@ -141,7 +136,7 @@ def test_a_bad_keytab_is_one_error_naming_the_principal_and_nothing_is_submitted
                     "--keytab", str(keytab), "-c", "true", env=bare)
     assert one_error(out).startswith(f"Error: Kerberos refused --principal {principal} with "
                                      f"--keytab {keytab} (")
-    assert named_apps(name) == []  # nothing submitted
+    assert name not in apps_by_name()  # nothing submitted
 
 
 # Order matters here (xdist hands tests out in file order): this one comes early, and

@@ -14,7 +14,7 @@ import threading
 import uuid
 
 import pytest
-from conftest import APP_ID, REPO, aggregated_logs, final_state, yarn_cli
+from conftest import APP_ID, REPO, aggregated_logs, apps_by_name, final_state
 from programs import TRAIN_FAILS  # tests/: the program the local test runs too
 
 pytest.importorskip("pyspark")
@@ -46,17 +46,6 @@ def hdfs_exists(url: str) -> bool:
     client = InsecureClient(webhdfs.http_address(url, os.environ["HADOOP_CONF_DIR"]),
                             user=getpass.getuser())
     return client.status(webhdfs.hdfs_path(url), strict=False) is not None
-
-
-def apps_by_name() -> dict[str, set[str]]:
-    """The cluster's applications, any state, by name (Spark's are tfyarn-pre_train-PROGRAM;
-    a training job's, its -a): one listing, a JVM of 3 s of CPU."""
-    names: dict[str, set[str]] = {}
-    for cols in (line.split() for line in yarn_cli("application", "-list", "-appStates",
-                                                   "ALL").splitlines()):
-        if len(cols) > 1 and APP_ID.match(cols[0]):
-            names.setdefault(cols[1], set()).add(cols[0])
-    return names
 
 
 def adult_fnlwgt() -> int:
