@@ -32,6 +32,7 @@ from conftest import (
     yarn_site,
 )
 from programs import STEPPER  # tests/ (on the path: conftest), the bench's too
+from streamlines import LinesRead
 
 pytestmark = pytest.mark.yarn
 SANDBOX = REPO / "scripts" / "yarn-sandbox"
@@ -516,17 +517,12 @@ def test_a_resourcemanager_restart_mid_job_is_ridden_through(tmp_path, apps, who
     subprocess.run(["yarn", "--config", conf, "--daemon", "stop", "resourcemanager"], check=True)
     status = subprocess.Popen([*tfyarn, "status", app_id], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
-    told = {status: [], follow: []}  # each one's stderr as it comes
-    readers = [threading.Thread(target=lambda p=p: told[p].extend(iter(p.stderr.readline, "")),
-                                daemon=True) for p in told]
-    for reader in readers:
-        reader.start()
+    told = {status: LinesRead(status.stderr), follow: LinesRead(follow.stderr)}  # as it comes
     time.sleep(15)  # the RM's absence itself, not a synchronisation
     # and until the two cold clients, started about the stop, have said it is away (a call
     # unanswered 10 s): on a loaded CI machine one once made its first call only as the RM
     # came back, and had nothing to say (CI, 2026-11-30)
-    wait_until(lambda: all(any("does not answer" in line for line in lines)
-                           for lines in told.values()),
+    wait_until(lambda: all(said.said("does not answer") for said in told.values()),
                180, "tfyarn status and logs --follow saying the ResourceManager is away")
     subprocess.run(["yarn", "--config", conf, "--daemon", "start", "resourcemanager"], check=True)
     _, err = proc.communicate(timeout=600)
@@ -538,9 +534,7 @@ def test_a_resourcemanager_restart_mid_job_is_ridden_through(tmp_path, apps, who
     status.wait(timeout=120)
     follow_out = follow.stdout.read()
     follow.wait(timeout=300)
-    for reader in readers:
-        reader.join(timeout=60)
-    status_err, follow_err = "".join(told[status]), "".join(told[follow])
+    status_err, follow_err = told[status].text(), told[follow].text()
     # asked just as the RM came back, the app may not have resynced yet: a recovered app
     # is ACCEPTED until its AM's next heartbeat (what Hadoop 3.3.6 answered in CI)
     assert status.returncode == 0, status_out + status_err
@@ -560,8 +554,6 @@ class PreemptionNotices:
     notice arrives, read by a thread watching the store while A runs."""
 
     def __init__(self, app_id: str) -> None:
-        import threading
-
         import skein
 
         self.client = skein.Client()

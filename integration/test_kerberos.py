@@ -87,7 +87,7 @@ def tfyarn(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 def own_name() -> str:
     """A refused job's name of its own: the test checks what it submitted by name
     (`apps_by_name`) without counting everyone's applications, so it need not run alone
-    (waiting out the token-lifetime test, 5 minutes of CI's Kerberos phase)."""
+    (waiting out the token-lifetime test, 4 minutes of CI's Kerberos phase)."""
     return f"refused-{os.urandom(4).hex()}"
 
 
@@ -140,7 +140,7 @@ def test_a_bad_keytab_is_one_error_naming_the_principal_and_nothing_is_submitted
 
 
 # Order matters here (xdist hands tests out in file order): this one comes early, and
-# mostly waits out the tokens' lifetime (about 5 minutes) on its own worker while the
+# mostly waits out the tokens' lifetime (about 4 minutes) on its own worker while the
 # README's `-n 3` runs the rest on the other two; placed later, the phase ended with it
 # running alone. No test here runs alone: two that did (counting the cluster's
 # applications) once waited out this one first, 5 minutes of CI (2026-11-30).

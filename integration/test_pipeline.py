@@ -10,12 +10,12 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import uuid
 
 import pytest
 from conftest import APP_ID, REPO, aggregated_logs, apps_by_name, final_state
 from programs import TRAIN_FAILS  # tests/: the program the local test runs too
+from streamlines import LinesRead
 
 pytest.importorskip("pyspark")
 
@@ -71,14 +71,7 @@ def one_program_census(apps, fault, restarted: str) -> None:
     app_id = proc.stdout.readline().strip()
     assert APP_ID.match(app_id), proc.communicate(timeout=60)[1][-5000:]
     apps.append(app_id)
-    said_lines: list[str] = []  # pl_submit's stderr as it comes
-
-    def read_stderr() -> None:
-        for line in proc.stderr:
-            said_lines.append(line)
-
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
+    stderr = LinesRead(proc.stderr)  # pl_submit's, as it comes
     # both workers' first checkpoint: the job resumes from the newest step every worker
     # saved, and worker:0 may still be writing its own as worker:1's appears (a fault
     # then finds nothing to resume from and the job rightly starts over). And Spark's write
@@ -86,13 +79,12 @@ def one_program_census(apps, fault, restarted: str) -> None:
     # once ended after the fault, Spark lost a container of its own with the killed node
     # (`killExecutors`: connection reset), and kept its executors (CI, 2026-11-30)
     wait_until(lambda: all(hdfs_exists(f"{ckpt}/worker-{i}/checkpoint") for i in (0, 1))
-               and any("data: written" in line for line in said_lines),
+               and stderr.said("data: written"),
                600, "both workers' first checkpoint, and Spark's write done")
     fault(app_id)
     proc.wait(timeout=900)
-    reader.join(timeout=60)
+    err = stderr.text()
     proc.stdout.close()
-    err = "".join(said_lines)
     assert proc.returncode == 0, err[-5000:]
     assert re.search(restarted, err), err[-5000:]
     logs = aggregated_logs(app_id)

@@ -7,17 +7,16 @@ test first proves the processes it will look for were really there.
 from __future__ import annotations
 
 import os
-import queue
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 from conftest import job_processes
+from streamlines import LinesRead
 
 # A task that leaves a setsid'ed daemon behind and then waits: the daemon is what
 # escapes process-group kills, so it is what the containment must still find.
@@ -39,30 +38,6 @@ def wait_for(predicate, timeout: float = 30, what: str = "condition") -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
-
-
-def stderr_lines(proc: subprocess.Popen) -> queue.Queue:
-    """The process's stderr lines as they come (None after the last)."""
-    lines: queue.Queue = queue.Queue()
-
-    def pump() -> None:
-        for line in proc.stderr:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return lines
-
-
-def next_line(lines: queue.Queue, words: str, timeout: float = 30) -> list[str]:
-    """The lines read until (and with) the first holding `words`."""
-    seen = []
-    while True:
-        line = lines.get(timeout=timeout)
-        assert line is not None, f"ended before {words!r}: {''.join(seen)}"
-        seen.append(line)
-        if words in line:
-            return seen
 
 
 def running(job_id: str, needle: str) -> list[str]:
@@ -199,14 +174,14 @@ def test_second_ctrl_c_kills_at_once_and_a_third_cannot_skip_cleanup(tmp_path):
     proc, job = start(tmp_path, "-t", "tensorflow-worker", "-wn", "3", "--local",
                       "-c", "trap '' TERM; setsid sleep 300 & sleep 300")
     wait_for(lambda: len(running(job, "sleep 300")) >= 6, what="tasks and daemons")
-    lines = stderr_lines(proc)
+    said = LinesRead(proc.stderr)
     proc.send_signal(signal.SIGINT)
-    said = next_line(lines, "stopping every task (send it again")  # the first one arrived
+    said.next_line("stopping every task (send it again")  # the first one arrived
     proc.send_signal(signal.SIGINT)
-    said += next_line(lines, "killing every task now")  # the second one arrived
+    said.next_line("killing every task now")  # the second one arrived
     proc.send_signal(signal.SIGINT)  # a third, during the clean-up
     proc.wait(timeout=60)
-    err = "".join(said) + "".join(iter(lines.get, None))
+    err = said.text()
     assert proc.returncode == 130 and "killing every task now" in err, err
     assert not re.search(r"\] tfyarn: worker:\d: (exit code|stopped)", err), err
     assert job_processes(job) == []
