@@ -4,8 +4,8 @@ Every application a test submits is killed at teardown if still alive, and its
 `yarn logs` are printed when the test failed.
 Tests share the cluster only where marked `concurrent` (audited: nothing of theirs sees
 another test's applications, JVMs, nodes or capacity); every other test, and any marked
-`exclusive`, runs alone (a file lock, writers first), so `-n 3` (pytest-xdist, CI's,
-with `--dist loadgroup`) overlaps only those. A test must not be marked concurrent while it
+`exclusive`, runs alone (a file lock, writers first), so `-n 2` (pytest-xdist, CI's
+`--dist loadgroup`) overlaps only those. A test must not be marked concurrent while it
 lists the cluster's applications, kills nodes or daemons, or starts a warm skein driver.
 """
 
@@ -40,7 +40,7 @@ def pytest_configure(config: pytest.Config) -> None:
     interrupting.as_from_a_terminal()
     shortjvms.spark_conf_dir(REPO / "build")
     config.addinivalue_line("markers", "concurrent: may share the cluster with another "
-                            "test (-n 3); unmarked tests run alone")
+                            "test (-n 2); unmarked tests run alone")
     config.addinivalue_line("markers", "exclusive: runs alone, in a concurrent file")
 
 

@@ -1,7 +1,7 @@
 """Locks among the test processes of one checkout (pytest-xdist's workers, the unit and
 integration suites): a file in REPO/build, held with flock while the block runs, so a
 process that dies lets go. And the test slots that `scripts/test-suites` hands out, so
-the two suites side by side run three tests at a time, not five. Test-side only; tfyarn
+the two suites side by side run two tests at a time, not four. Test-side only; tfyarn
 itself takes none of these."""
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ def beside_the_integration_suite() -> bool:
 @contextlib.contextmanager
 def slot() -> Iterator[None]:
     """One of the slots `scripts/test-suites` hands out (a make-style jobserver: a byte
-    read from its FIFO, written back after), so the two suites' five workers run three
-    tests at a time (scripts/test-suites says why three). Taken after any cluster lock:
-    a worker waiting for the cluster holds no slot, and another test runs in it. With no
-    slots given (one suite alone), nothing to take."""
+    read from its FIFO, written back after), so the two suites' four workers run two
+    tests at a time, as one suite's two did. Taken after any cluster lock: a worker
+    waiting for the cluster holds no slot, and the other suite's test runs in it. With
+    no slots given (one suite alone), nothing to take."""
     path = os.environ.get(SLOTS)
     if not path:
         yield
