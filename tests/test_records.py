@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 from pathlib import Path
 
@@ -53,6 +54,9 @@ def test_every_record_comes_back_as_it_went():
     for rec in records:
         back = type(rec).from_json(rec.to_json())
         assert back == rec and type(back.to_json()) is str
+        # the same text dataclasses.asdict gives (to_json skips its deep copy: #46)
+        assert rec.to_json() == json.dumps({"format": FORMAT, **dataclasses.asdict(rec)},
+                                           sort_keys=True)
     assert isinstance(Wanted.from_json(records[6].to_json()).earlier[0].tasks["worker:0"],
                       TaskEnd)
 

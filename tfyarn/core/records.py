@@ -44,7 +44,7 @@ class Record:
 
     def to_json(self) -> str:
         assert dataclasses.is_dataclass(self)
-        return json.dumps({FORMAT_KEY: FORMAT, **dataclasses.asdict(self)}, sort_keys=True)
+        return json.dumps({FORMAT_KEY: FORMAT, **_plain(self)}, sort_keys=True)
 
     @classmethod
     def from_json(cls: type[R], text: str, where: str = "") -> R:
@@ -72,6 +72,24 @@ def _shape(cls: type) -> tuple[dict[str, Any], tuple[str, ...]]:
     annotations are strings (postponed evaluation), and evaluating them on every read cost
     a launcher of a 256-task job more than parsing the cluster spec itself (#46)."""
     return typing.get_type_hints(cls), tuple(f.name for f in dataclasses.fields(cls))
+
+
+def _plain(v: Any) -> Any:
+    """`v` as JSON's types, as `dataclasses.asdict` gives it but without its deep copy of
+    every leaf: a launcher writes a record per task, and the driver's last ones hold every
+    task's (#46). Records are frozen, their leaves str, numbers, None or enums."""
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {n: _plain(getattr(v, n)) for n in _names(type(v))}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    return v
+
+
+@functools.cache
+def _names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def warm(*classes: type) -> None:

@@ -87,6 +87,7 @@ class Snapshot:
     exits: dict[Task, TaskEnd] = field(default_factory=dict)
     lost: dict[Task, TaskEnd] = field(default_factory=dict)
     steps: dict[Task, StepReport] = field(default_factory=dict)  # tfyarn.progress reports
+    heard: int = 0  # addresses and heartbeats applied so far: liveness looks again if it moved
 
     def state_of(self, task: Task) -> TaskState:
         addr = self.addrs.get(task)
@@ -141,10 +142,12 @@ def apply(snap: Snapshot, key: str, value: str) -> bool:
         return False  # not a task key of ours
     if kind == "addr":
         snap.addrs[task] = value
+        snap.heard += 1
     elif kind == "started":
         snap.started.add(task)
     elif kind == "beat":
         snap.beats[task] = value
+        snap.heard += 1
     elif kind == "steps":
         with contextlib.suppress(RecordError):  # another version's: no progress known
             snap.steps[task] = StepReport.from_json(value, key)

@@ -224,7 +224,10 @@ def stop_tagged(var: str, value: str, grace: float, keep: Collection[int] = ()) 
     def find() -> list[int]:
         return [p for p in descendants(os.getpid(), keep) if has_tag(p, var, value)]
 
-    signal_all(find(), signal.SIGTERM)
+    found = find()
+    if not found:  # the usual end: one look, not three (none tagged is left to fork more)
+        return
+    signal_all(found, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while find() and time.monotonic() < deadline:
         time.sleep(0.05)
