@@ -716,15 +716,19 @@ def test_a_notice_for_the_gang_before_a_restart_never_reaches_the_new_one(tmp_pa
 def test_a_notice_the_resourcemanager_takes_back_costs_the_hold_and_no_restart(tmp_path, apps):
     """B, which A was to be preempted for, is killed once A holds at the notice: the RM
     takes nothing, A's tasks train on once the notice lapses (PREEMPTION_HOLD_S), and A
-    SUCCEEDS in its first attempt."""
-    a, a_id, b, b_id, state = stepper_and_urgent(tmp_path, apps, "0 notice 600", "sleep 300")
+    SUCCEEDS in its first attempt. (Each task runs 30 steps past the notice's lapse and
+    ends: not a fixed count, which had to outlast the notice's coming and the hold.)"""
+    a, a_id, b, b_id, state = stepper_and_urgent(tmp_path, apps, "0 notice +30", "sleep 300")
     wait_until(lambda: (state / "held").exists(), 120, "A's task 0 holding at the notice")
     yarn_cli("application", "-kill", b_id)
     b.communicate(timeout=120)
     _, a_err = a.communicate(timeout=600)
     assert a.returncode == 0, a_err
     assert "YARN's preemption notice for worker-" in a_err and "restarting" not in a_err, a_err
-    assert [int((state / f"last{t}.0").read_text()) for t in range(3)] == [600] * 3
+    # every task held at the notice, and trained 30 steps once it lapsed
+    held = [int((state / f"held{t}.0").read_text()) for t in range(3)]
+    assert [int((state / f"last{t}.0").read_text()) for t in range(3)] == \
+        [h + 30 for h in held], held
 
 
 def test_preemption_without_restarts_fails_saying_preempted(tmp_path, apps):

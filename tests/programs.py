@@ -97,12 +97,15 @@ print(f"worker:{index} attempt {attempt} trained steps {start}..79", flush=True)
 # A training loop of 0.1 s steps (`tfyarn.progress`); task 0 saves the step to the shared
 # state dir every EVERY steps (0: never) and, with `notice`, at YARN's preemption notice
 # (then every task holds until the kill; with `exit`, task 0 exits 42 once it saved);
-# attempt 0 runs until it is preempted, a later one resumes from the saved step and runs
-# 100 more. `last<task>.<attempt>`: the last step.
+# attempt 0 runs until it is preempted (or LIMIT steps; +N: N steps after a notice
+# lapsed), a later one resumes from the saved step and runs 100 more.
+# `last<task>.<attempt>`: the last step.
 STEPPER = """import os, pathlib, sys, time, tfyarn
 ckpt, state = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 every, notice, exits = int(sys.argv[3]), sys.argv[4] in ("notice", "exit"), sys.argv[4] == "exit"
-limit = int(sys.argv[5]) if len(sys.argv) > 5 else 10**9  # attempt 0's last step
+given = sys.argv[5] if len(sys.argv) > 5 else ""
+after = int(given[1:]) if given.startswith("+") else None  # steps once a notice lapsed
+limit = int(given) if given and after is None else 10**9  # attempt 0's last step
 task, attempt = os.environ["TFYARN_TASK_INDEX"], int(os.environ["TFYARN_ATTEMPT"])
 saved = state / "step"
 start = int(saved.read_text()) if saved.exists() else 0
@@ -129,4 +132,6 @@ while step < (limit if attempt == 0 else start + 100):
                 sys.exit(42)
         while tfyarn.preempting():
             time.sleep(0.1)
+        if after is not None and attempt == 0:
+            limit = step + after
 """
