@@ -79,17 +79,12 @@ def _plain(v: Any) -> Any:
     every leaf: a launcher writes a record per task, and the driver's last ones hold every
     task's (#46). Records are frozen, their leaves str, numbers, None or enums."""
     if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return {n: _plain(getattr(v, n)) for n in _names(type(v))}
+        return {n: _plain(getattr(v, n)) for n in _shape(type(v))[1]}
     if isinstance(v, (list, tuple)):
         return [_plain(x) for x in v]
     if isinstance(v, dict):
         return {k: _plain(x) for k, x in v.items()}
     return v
-
-
-@functools.cache
-def _names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
 
 
 def warm(*classes: type) -> None:
