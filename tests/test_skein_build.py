@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -146,6 +147,20 @@ def test_an_applications_attempts_read_back_as_set():
     skein = skeinlink.tfyarns_skein()
     spec = skein.ApplicationSpec(master=skein.Master(script="true"), max_attempts=2)
     assert skein.ApplicationSpec.from_protobuf(spec.to_protobuf()).max_attempts == 2
+
+
+def test_skein_imports_yaml_only_to_read_or_write_yaml(tmp_path):
+    """Patch 0020: `import skein` (every client, driver and launcher) leaves PyYAML
+    unloaded; a spec still goes to YAML and back, from a string and from a file."""
+    code = ("import sys, skein\n"
+            "assert 'yaml' not in sys.modules, 'import skein loaded yaml'\n"
+            "spec = skein.ApplicationSpec(name='y', master=skein.Master(script='true'))\n"
+            "back = skein.ApplicationSpec.from_yaml(spec.to_yaml())\n"
+            "spec.to_file(sys.argv[1])\n"
+            "print(back.name, skein.ApplicationSpec.from_file(sys.argv[1]).name)\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "spec.yaml")],
+                         capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.split() == ["y", "y"], out.stderr
 
 
 def test_pypis_skein_is_refused_on_the_gateway_saying_what_to_run(el_submit, pypi_wheel,
