@@ -206,6 +206,19 @@ def _logs_whole(out: subprocess.CompletedProcess) -> bool:
     return _logs_shown(out) and "any rest later: tfyarn logs" not in out.stderr
 
 
+def hdfs_exists(url: str) -> bool:
+    """Over WebHDFS: polled, and a JVM per look would take the cores the job needs."""
+    import getpass
+
+    from hdfs import InsecureClient
+
+    from tfyarn.hdfs import webhdfs
+
+    client = InsecureClient(webhdfs.http_address(url, os.environ["HADOOP_CONF_DIR"]),
+                            user=getpass.getuser())
+    return client.status(webhdfs.hdfs_path(url), strict=False) is not None
+
+
 def aggregated_logs(app_id: str, task: str | None = None, wait_s: float = 240) -> str:
     """tfyarn logs' output (with its words on stderr where it failed or showed part)."""
     out = tfyarn_logs(app_id, task, wait_s)

@@ -13,7 +13,7 @@ import sys
 import uuid
 
 import pytest
-from conftest import APP_ID, REPO, aggregated_logs, apps_by_name, final_state
+from conftest import APP_ID, REPO, aggregated_logs, apps_by_name, final_state, hdfs_exists
 from programs import TRAIN_FAILS  # tests/: the program the local test runs too
 from streamlines import LinesRead
 
@@ -33,19 +33,6 @@ def pl_submit(cwd, *args: str, env: dict | None = None) -> subprocess.Popen:
 
 def said(err: str, pattern: str) -> list[str]:
     return re.findall(pattern, err.replace("\r", "\n"))
-
-
-def hdfs_exists(url: str) -> bool:
-    """Over WebHDFS: polled, and a JVM per look would take the cores the job needs."""
-    import getpass
-
-    from hdfs import InsecureClient
-
-    from tfyarn.hdfs import webhdfs
-
-    client = InsecureClient(webhdfs.http_address(url, os.environ["HADOOP_CONF_DIR"]),
-                            user=getpass.getuser())
-    return client.status(webhdfs.hdfs_path(url), strict=False) is not None
 
 
 def adult_fnlwgt() -> int:
