@@ -122,6 +122,31 @@ def test_three_nodes_get_2_1_0_gpus_from_yarns_plugin_and_a_fake_nvidia_smi(tmp_
     assert bad.returncode == 1 and "SANDBOX_GPUS=2,1: give one GPU count per node (3)" in bad.stderr
 
 
+def test_a_rewritten_config_is_replaced_whole_and_an_unchanged_one_left_alone(tmp_path, sandbox):
+    """A start that restarts a dead daemon rewrites the config while the live daemons,
+    clients and tests read it: a reader that opened a file before sees it whole, never
+    truncated, and a file whose content is the same is not touched at all."""
+    env = {"TFYARN_SANDBOX": str(tmp_path / "sb"), "SANDBOX_NODES": "3"}
+    conf = Path(sandbox_cmd("config", env=env).stdout.strip())
+    files = sorted(p for p in (tmp_path / "sb").rglob("*") if p.is_file() and not p.is_symlink())
+    before = {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in files}
+    assert conf / "yarn-site.xml" in before and conf / "hosts" in before
+    assert sandbox_cmd("config", env=env).returncode == 0
+    assert {p: (p.stat().st_ino, p.stat().st_mtime_ns) for p in files} == before
+    links = [p for p in (tmp_path / "sb" / "nodes").rglob("*") if p.is_symlink()]
+    assert links and all(os.readlink(p) == str(conf / p.name) for p in links)
+
+    site = tmp_path / "sb" / "nodes" / "3" / "conf" / "yarn-site.xml"
+    with open(site) as held:  # a reader in the middle of the rewrite
+        old = held.read()
+        held.seek(0)
+        assert sandbox_cmd("config", env={**env, "SANDBOX_GPUS": "0,0,4"}).returncode == 0
+        assert held.read() == old  # the old file, whole: the new one came by a rename
+    assert "yarn.io/gpu" in site.read_text() and "yarn.io/gpu" not in old
+    assert site.stat().st_ino != before[site][0]
+    assert not [p for p in (tmp_path / "sb").rglob("*.tmp.*")]
+
+
 def test_a_second_start_says_already_running(sandbox):
     out = sandbox_cmd("start")
     assert out.returncode == 0, out.stderr
