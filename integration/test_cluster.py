@@ -486,23 +486,29 @@ def test_a_gracefully_decommissioned_node_restarts_the_gang(tmp_path, apps, whol
 def test_a_nodemanager_ending_while_the_sandbox_starts_is_started_again(whole_cluster):
     """A decommissioned node's NodeManager takes seconds to end (it waits for log
     aggregation), so the teardown's `yarn-sandbox start` found it alive and saw it end
-    while waiting: CI's sandbox was stopped whole. Here a frozen NodeManager is killed once
-    `start` has written its config: it is started again and every node is RUNNING."""
+    while waiting: CI's sandbox was stopped whole. Here a frozen NodeManager (alive, not
+    answering) is killed once `start` says it waits for the nodes, after it looked at
+    every daemon: it is started again and every node is RUNNING."""
     home = Path(os.environ["HADOOP_CONF_DIR"]).parent
     index = max(sandbox_nodes().values())
     pid_file = next((home / "nodes" / str(index) / "pids").glob("*-nodemanager.pid"))
     pid = int(pid_file.read_text())
-    count = home / "nodes" / "count"
-    written = count.stat().st_mtime_ns
     os.kill(pid, signal.SIGSTOP)
+    said = []
     try:
         start = subprocess.Popen([str(SANDBOX), "start"], stdout=subprocess.PIPE,
                                  stderr=subprocess.PIPE, text=True)
-        wait_until(lambda: count.stat().st_mtime_ns != written, 120, "start writing its config")
+        assert start.stderr is not None
+        for line in start.stderr:  # until it waits (or ends: then the asserts below say why)
+            said.append(line)
+            if "waiting for HDFS and every node" in line:
+                break
     finally:
         os.kill(pid, signal.SIGKILL)
-    _, err = start.communicate(timeout=300)
+    _, rest = start.communicate(timeout=300)
+    err = "".join(said) + rest
     assert start.returncode == 0, err
+    assert "waiting for HDFS and every node" in "".join(said), err
     assert "restarting the nodemanager" in err, err
     assert len(running_nodes()) == len(sandbox_nodes())
 
