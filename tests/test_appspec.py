@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -14,6 +15,7 @@ from tfyarn.api.options import ElSubmitArgs, from_el_submit
 from tfyarn.client import appspec, staging
 from tfyarn.core.errors import SpecError
 from tfyarn.core.settings import Settings
+from tfyarn.hdfs import jni
 
 
 def job(tmp_path, **kw):
@@ -46,7 +48,8 @@ def test_seed_job_spec(tmp_path):
         chief["script"]
     assert "--tasks ps:0 --gpus auto --kv skein:" in ps["script"]
     assert app["master"]["resources"] == {"memory": 2048, "vcores": 1}
-    assert "-m tfyarn.runtime.driver --job tfyarn-job.json --kv skein:" in app["master"]["script"]
+    assert 'runpy.run_module("tfyarn.runtime.driver"' in app["master"]["script"]
+    assert app["master"]["script"].endswith(" --job tfyarn-job.json --kv skein:\n")
     assert (app["name"], app["queue"], app["tags"]) == ("wide_and_deep", "ml", ["team-a", "tfyarn"])
     assert chief["files"][appspec.JOB_FILE]["type"] == "file"
     assert app["max_attempts"] == 2  # YARN's and Spark's default: a lost AM resumes the job
@@ -97,7 +100,8 @@ def test_memory_growth_declares_a_service_per_grown_size(tmp_path):
 def test_local_mode_uses_python_option(tmp_path):
     _, app = build(job(tmp_path, python="/opt/py/bin/python3.11"), tmp_path)
     script = app["services"]["chief-0"]["script"]
-    assert "exec /opt/py/bin/python3.11 -m tfyarn.runtime.launcher" in script
+    assert "exec /opt/py/bin/python3.11 -c " in script
+    assert 'runpy.run_module("tfyarn.runtime.launcher"' in script
     assert "VIRTUAL_ENV" not in script and "YARN_CONTAINER_RUNTIME_TYPE" not in str(app)
 
 
@@ -117,7 +121,7 @@ def test_virtual_env_local_archive(tmp_path):
         assert section["files"]["env"] == {"source": str(tmp_path / "env.tar.gz"),
                                            "type": "archive"}
         assert 'PATH="$PWD/env/bin:$PATH"' in section["script"]
-        assert "exec ./env/bin/python -m tfyarn." in section["script"]
+        assert "exec ./env/bin/python -c " in section["script"]
 
 
 def test_virtual_env_hdfs_archive_is_used_in_place(tmp_path):
@@ -187,28 +191,34 @@ def bash(script: str, cwd, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", "-c", script], cwd=cwd, env=env, capture_output=True, text=True)
 
 
-def test_hadoop_env_gives_the_jars_hadoops_own_glob_gives(sandbox, tmp_path):
-    """The sandbox's real Hadoop 3.3.6: the launch script's CLASSPATH holds what `hadoop
-    classpath --glob` prints (without running it: that is a JVM), then what was there."""
+def task_hadoop(env: dict[str, str]) -> dict[str, str]:
+    hadoop = jni.TaskHadoop(env)
+    try:
+        return hadoop.env()
+    finally:
+        hadoop.close()
+
+
+def test_task_hadoop_gives_the_jars_hadoops_own_glob_gives(sandbox):
+    """The sandbox's real Hadoop 3.3.6: a task's CLASSPATH holds what `hadoop classpath
+    --glob` prints (without running it: that is a JVM), then what was there."""
     env = {"PATH": "/usr/bin:/bin", "HADOOP_HOME": sandbox["HADOOP_HOME"],
            "HADOOP_CONF_DIR": sandbox["HADOOP_CONF_DIR"], "JAVA_HOME": sandbox["JAVA_HOME"],
            "CLASSPATH": "/mine.jar", "LD_LIBRARY_PATH": "/x"}
-    out = bash("set -u\n" + appspec.HADOOP_ENV +
-               'echo "$CLASSPATH|$LD_LIBRARY_PATH|$HADOOP_HDFS_HOME"', tmp_path, env)
-    assert out.returncode == 0 and out.stderr == "", out.stderr
-    classpath, libs, hdfs_home = out.stdout.strip().split("|")
+    got = task_hadoop(env)
     glob = subprocess.run([f"{sandbox['HADOOP_HOME']}/bin/hadoop", "classpath", "--glob"],
                           env=env, capture_output=True, text=True, check=True).stdout.strip()
-    entries = classpath.split(":")
+    entries = got["CLASSPATH"].split(":")
     assert entries[-1] == "/mine.jar"
     assert sorted(entries[:-1]) == sorted(glob.split(":")) and len(entries) > 100
-    assert libs == f"{sandbox['JAVA_HOME']}/lib/server:{sandbox['HADOOP_HOME']}/lib/native:/x"
-    assert hdfs_home == sandbox["HADOOP_HOME"]
+    assert got["LD_LIBRARY_PATH"] == \
+        f"{sandbox['JAVA_HOME']}/lib/server:{sandbox['HADOOP_HOME']}/lib/native:/x"
+    assert got["HADOOP_HDFS_HOME"] == got["HADOOP_HOME"] == sandbox["HADOOP_HOME"]
 
 
-def test_hadoop_env_expands_wildcards_as_java_does(tmp_path):
+def test_task_hadoop_expands_wildcards_as_java_does(tmp_path):
     """`dir/*` is the dir's .jar and .JAR files (Java's rule; a path with a space too);
-    other entries stay as they are."""
+    other entries stay as they are; HADOOP_HOME is the `hadoop` found on PATH's."""
     home, lib = tmp_path / "hadoop", tmp_path / "my lib"
     (home / "bin").mkdir(parents=True)
     lib.mkdir()
@@ -217,15 +227,23 @@ def test_hadoop_env_expands_wildcards_as_java_does(tmp_path):
     (home / "bin" / "hadoop").write_text(
         f'#!/bin/sh\n[ "$1" = classpath ] && echo "/h/etc:{lib}/*:/h/none/*:/h/x.jar"\n')
     (home / "bin" / "hadoop").chmod(0o755)
-    out = bash("set -u\n" + appspec.HADOOP_ENV + 'echo "$CLASSPATH"', tmp_path,
-               {"PATH": "/usr/bin:/bin", "HADOOP_HOME": str(home)})
-    assert out.stdout.strip() == f"/h/etc:{lib}/a.jar:{lib}/B.JAR:/h/x.jar", out.stderr
+    got = task_hadoop({"PATH": f"{home}/bin:/usr/bin:/bin"})
+    assert got["CLASSPATH"] == f"/h/etc:{lib}/a.jar:{lib}/B.JAR:/h/x.jar"
+    assert got["HADOOP_HOME"] == str(home) and got["LD_LIBRARY_PATH"] == f"{home}/lib/native"
 
 
-def test_hadoop_env_without_hadoop_is_quiet(tmp_path):
-    out = bash("set -u\n" + appspec.HADOOP_ENV + 'echo "[${CLASSPATH:-}]"', tmp_path,
-               {"PATH": "/usr/bin:/bin"})
-    assert (out.returncode, out.stdout.strip(), out.stderr) == (0, "[]", "")
+def test_task_hadoop_without_hadoop_adds_nothing(tmp_path):
+    assert task_hadoop({"PATH": "/usr/bin:/bin"}) == {}
+
+
+def test_the_container_scripts_give_the_launcher_and_tensorboard_the_hadoop_env(tmp_path):
+    """Worked out by the launcher (tensorboard) in Python, no longer by the start script."""
+    spec = job(tmp_path, kind="tensorflow-worker", workers="1", enable_tensorboard="True",
+               log_tensorboard="hdfs:///user/me/tb")
+    _, app = build(spec, tmp_path)
+    assert " --hadoop-env " in app["services"]["worker-0"]["script"]
+    assert app["services"]["tensorboard"]["script"].endswith(" --hadoop-env\n")
+    assert "classpath" not in app["services"]["worker-0"]["script"]
 
 
 def test_link_contents_puts_the_dir_in_the_working_dir(tmp_path):
@@ -240,15 +258,23 @@ def test_link_contents_puts_the_dir_in_the_working_dir(tmp_path):
     assert (tmp_path / "a.py").read_text() == "already here wins"
 
 
-def test_check_python_says_what_is_missing(tmp_path):
+def test_run_module_runs_it_as_dash_m_or_says_what_is_missing(tmp_path):
+    """The container's one interpreter runs the module as `-m` would (its __main__ block,
+    its arguments), where tfyarn and skein are found; else it fails at once, saying why."""
     venv = tmp_path / "bare"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    bad = bash(appspec.check_python(str(venv / "bin" / "python"), "worker:1"), tmp_path,
-               {"PATH": "/usr/bin:/bin"})
-    assert bad.returncode == 1 and "worker:1: cannot import tfyarn and skein" in bad.stderr
-    good = bash(appspec.check_python(sys.executable, "worker:1") + "echo ok", tmp_path,
-                {"PATH": "/usr/bin:/bin"})
-    assert good.stdout.strip() == "ok"
+    bad = bash(appspec.run_module(str(venv / "bin" / "python"), "tfyarn.runtime.launcher",
+                                  "worker:1") + " --help", tmp_path, {"PATH": "/usr/bin:/bin"})
+    assert bad.returncode == 1, bad
+    assert f"tfyarn: worker:1: cannot import tfyarn and skein with {venv}/bin/python on " \
+           f"{socket.gethostname()}: install tfyarn on every node" in bad.stderr
+    good = bash(appspec.run_module(sys.executable, "tfyarn.runtime.launcher", "worker:1")
+                + " --help", tmp_path, {"PATH": "/usr/bin:/bin"})
+    assert good.returncode == 0, good.stderr
+    assert good.stdout.startswith("usage: python -m tfyarn.runtime.launcher")  # main() ran
+    ended = bash(appspec.run_module(sys.executable, "tfyarn.runtime.driver", "driver")
+                 + " --job /nonexistent --kv dir:/nonexistent", tmp_path, {"PATH": "/usr/bin:/bin"})
+    assert ended.returncode != 0 and "/nonexistent" in ended.stderr, ended  # its args, its end
 
 
 def test_site_defaults_from_conf_file(tmp_path):
@@ -306,7 +332,8 @@ def test_tensorboard_is_a_side_service(tmp_path):
     _, app = build(spec, tmp_path)
     tb = app["services"]["tensorboard"]
     assert tb["allow_failures"] and tb["resources"]["gpus"] == 0
-    assert "-m tfyarn.runtime.tensorboard --job tfyarn-job.json --kv skein:" in tb["script"]
+    assert 'runpy.run_module("tfyarn.runtime.tensorboard"' in tb["script"]
+    assert " --job tfyarn-job.json --kv skein: --python " in tb["script"]
     assert spec.tensorboard_dir == "hdfs:///user/me/tb"
     assert [c.name for c in spec.containers()] == ["worker-0", "worker-1"]  # not a task
     skein.ApplicationSpec.from_dict(app)

@@ -10,6 +10,7 @@ Must not do I/O: staging has done it, and the spec is a function of what it gave
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from collections.abc import Mapping
@@ -68,36 +69,6 @@ def service_name(task: Task, spec: JobSpec | None = None) -> str:
     return spec.container_of(task).name if spec is not None else f"{task.type}-{task.index}"
 
 
-HADOOP_ENV = r"""# Hadoop client env so TF can read hdfs:// (skipped quietly when no hadoop here)
-HADOOP_BIN="${HADOOP_HOME:-${HADOOP_COMMON_HOME:-/nonexistent}}/bin/hadoop"
-[ -x "$HADOOP_BIN" ] || HADOOP_BIN="$(command -v hadoop 2>/dev/null || true)"
-if [ -n "$HADOOP_BIN" ] && [ -x "$HADOOP_BIN" ]; then
-  HADOOP_HOME="${HADOOP_HOME:-$(cd "$(dirname "$HADOOP_BIN")/.." && pwd)}"
-  export HADOOP_HOME
-  export HADOOP_HDFS_HOME="${HADOOP_HDFS_HOME:-$HADOOP_HOME}"
-  # Hadoop's jars for libhdfs's JVM, which does not expand `dir/*`: expanded here as Java
-  # does (.jar and .JAR files), not by `classpath --glob`, a JVM of its own (0.5 s of CPU)
-  HADOOP_CP="$("$HADOOP_BIN" classpath 2>/dev/null || true)"
-  JARS=""
-  if [ -n "$HADOOP_CP" ]; then
-    IFS=: read -r -a HADOOP_ENTRIES <<< "$HADOOP_CP"
-    for entry in "${HADOOP_ENTRIES[@]}"; do
-      case "$entry" in
-        */\*) for jar in "${entry%\*}"*.jar "${entry%\*}"*.JAR; do
-                [ -f "$jar" ] && JARS="$JARS${JARS:+:}$jar"
-              done ;;
-        ?*) JARS="$JARS${JARS:+:}$entry" ;;
-      esac
-    done
-  fi
-  CLASSPATH="$JARS${CLASSPATH:+:$CLASSPATH}"
-  export CLASSPATH
-  JVM_LIB="$(find -L "${JAVA_HOME:-/nonexistent}" -name libjvm.so 2>/dev/null | head -n 1)"
-  NATIVE="$HADOOP_HOME/lib/native"
-  LD_LIBRARY_PATH="${JVM_LIB:+$(dirname "$JVM_LIB"):}$NATIVE${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-  export LD_LIBRARY_PATH
-fi
-"""
 
 
 def python_for(spec: JobSpec) -> str:
@@ -129,19 +100,23 @@ def link_contents(names: tuple[str, ...]) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def check_python(py: str, what: str) -> str:
-    """Fail the container at once, saying why, when tfyarn cannot run there. Found, not
-    imported: the process that follows imports both anyway, and importing them here too
-    (skein pulls in gRPC) cost 0.09 s of every container's start, the driver's and each
-    task's, against 0.02 s."""
-    q = shlex.quote(py)
-    found = ('import importlib.util as u, sys; '
-             'sys.exit(not (u.find_spec("tfyarn") and u.find_spec("skein")))')
-    return (f"if ! {q} -c {shlex.quote(found)} 2>/dev/null; then\n"
-            f'  echo "tfyarn: {what}: cannot import tfyarn and skein with {py} on $(hostname):'
-            ' install tfyarn on every node (-m local, see --python), pack it into the env'
-            ' (-m virtual-env) or, under YARN\'s Docker runtime, the image (-m docker)" >&2\n'
-            '  exit 1\nfi\n')
+def run_module(py: str, module: str, what: str) -> str:
+    """`exec PY -c BOOT`, run as `PY -m module` would, once tfyarn and skein are found
+    (not imported: the module imports both anyway); else the container fails at once,
+    saying why. One interpreter: a check of its own before it cost every container's start
+    (the driver's and each launcher's) an interpreter, about 20 ms of CPU (#46). Arguments
+    follow it."""
+    missing = (f"tfyarn: {what}: cannot import tfyarn and skein with {py} on ",
+               ": install tfyarn on every node (-m local, see --python), pack it into the env"
+               " (-m virtual-env) or, under YARN's Docker runtime, the image (-m docker)")
+    text = json.dumps  # a Python string literal in double quotes: shlex.quote's are single
+    boot = ("import importlib.util as u, sys\n"
+            'if not (u.find_spec("tfyarn") and u.find_spec("skein")):\n'
+            "    import socket\n"
+            f"    sys.exit({text(missing[0])} + socket.gethostname() + {text(missing[1])})\n"
+            "import runpy\n"
+            f'runpy.run_module({text(module)}, run_name="__main__", alter_sys=True)\n')
+    return f"exec {shlex.quote(py)} -c {shlex.quote(boot)}"
 
 
 def task_script(spec: JobSpec, container: Container, staged: Staged,
@@ -150,9 +125,9 @@ def task_script(spec: JobSpec, container: Container, staged: Staged,
     tasks = ",".join(str(t) for t in container.tasks)
     run = defaults.docker_run(spec)
     in_image = " ".join(shlex.quote(a) for a in run.argv_options()) + " " if run else ""
-    return ("set -u\n" + HADOOP_ENV + runtime_setup(spec) + link_contents(staged.link_contents)
-            + check_python(py, container.name)
-            + f"exec {shlex.quote(py)} -m tfyarn.runtime.launcher --job {JOB_FILE} "
+    return ("set -u\n" + runtime_setup(spec) + link_contents(staged.link_contents)
+            + run_module(py, "tfyarn.runtime.launcher", container.name)
+            + f" --job {JOB_FILE} --hadoop-env "
               f'--tasks {tasks} --gpus auto --kv skein: {in_image}'
               '--attempt "${TFYARN_ATTEMPT:-0}" --gang "${TFYARN_GANG:-0}" '
               '--memory-mb "${TFYARN_MEMORY_MB:-0}"\n')
@@ -164,9 +139,9 @@ TENSORBOARD_MEMORY_MB = 1024  # TensorBoard with TF loaded; not user-sized in el
 
 def tensorboard_script(spec: JobSpec) -> str:
     py = python_for(spec)
-    return ("set -u\n" + HADOOP_ENV + runtime_setup(spec) + check_python(py, "tensorboard")
-            + f"exec {shlex.quote(py)} -m tfyarn.runtime.tensorboard --job {JOB_FILE} --kv skein: "
-              f"--python {shlex.quote(py)}\n")
+    return ("set -u\n" + runtime_setup(spec)
+            + run_module(py, "tfyarn.runtime.tensorboard", "tensorboard")
+            + f" --job {JOB_FILE} --kv skein: --python {shlex.quote(py)} --hadoop-env\n")
 
 
 # skein's ApplicationMaster renders its overview page (the tracking URL) with mustache,
@@ -180,8 +155,8 @@ AM_JAVA_OPENS = ("--add-opens=java.base/java.util=ALL-UNNAMED "
 def driver_script(spec: JobSpec) -> str:
     py = spec.runtime.python if spec.runtime.mode == "docker" else python_for(spec)
     return ("set -u\nunset JDK_JAVA_OPTIONS  # the AM's, not the driver's\n"
-            + runtime_setup(spec) + check_python(py, "driver")
-            + f"exec {shlex.quote(py)} -m tfyarn.runtime.driver --job {JOB_FILE} --kv skein:\n")
+            + runtime_setup(spec) + run_module(py, "tfyarn.runtime.driver", "driver")
+            + f" --job {JOB_FILE} --kv skein:\n")
 
 
 def files_dict(staged: Staged, with_env: str | None) -> dict[str, dict[str, str]]:

@@ -2,13 +2,13 @@
 
 Used where WebHDFS cannot serve: a filesystem other than hdfs:// (s3a://, gs://, abfs://,
 webhdfs://...) or a Kerberos cluster (the JVM's login: the ticket cache, or the YARN
-container's token file). Owns finding what libhdfs needs in this process's environment:
-Hadoop's jars on CLASSPATH (`hadoop classpath --glob`: libhdfs's JVM does not expand
-wildcards), libhdfs.so, and a JVM. It mirrors what tasks get from
-`client.appspec.HADOOP_ENV`, in Python, for processes that tfyarn does not launch (Spark's
-executors).
-Must not be imported on the gateway's hot paths (it starts a JVM), nor leave the process
-environment changed (libhdfs reads it only while its JVM starts).
+container's token file). Owns finding what libhdfs needs: Hadoop's jars on CLASSPATH
+(`hadoop classpath`, its `dir/*` expanded here as Java does: libhdfs's JVM does not expand
+wildcards, and `classpath --glob` is a JVM of its own, 0.5 s of CPU), libhdfs.so, and a
+JVM; for this process (Spark's executors) and for every task a YARN launcher starts
+(`TaskHadoop`: what each task's env gets, so TF's hdfs:// plugin finds them).
+Must not be imported on the gateway's hot paths, nor leave the process environment
+changed (libhdfs reads it only while its JVM starts).
 """
 
 from __future__ import annotations
@@ -42,6 +42,80 @@ def hadoop_bin(environ: Mapping[str, str]) -> str | None:
     return shutil.which("hadoop", path=environ.get("PATH"))
 
 
+def expand_classpath(classpath: str) -> list[str]:
+    """`hadoop classpath`'s entries with each `dir/*` made the dir's .jar and .JAR files
+    (Java's rule, which libhdfs's JVM does not apply); other entries as they are."""
+    out: list[str] = []
+    for entry in classpath.split(os.pathsep):
+        if entry.endswith("/*"):
+            folder = entry[:-1]
+            try:
+                names = os.listdir(folder)
+            except OSError:  # a dir that is not there adds nothing
+                continue
+            for ext in (".jar", ".JAR"):
+                out += [folder + n for n in sorted(names)
+                        if n.endswith(ext) and os.path.isfile(folder + n)]
+        elif entry:
+            out.append(entry)
+    return out
+
+
+def jvm_lib_dir(java_home: str) -> str | None:
+    """The dir of the JVM's libjvm.so under `java_home` (Java 9+: lib/server), if any."""
+    if not java_home:
+        return None
+    usual = os.path.join(java_home, "lib", "server")
+    if os.path.isfile(os.path.join(usual, "libjvm.so")):
+        return usual
+    for folder, _dirs, files in os.walk(java_home, followlinks=True):  # Java 8's jre/lib/ARCH
+        if "libjvm.so" in files:
+            return folder
+    return None
+
+
+class TaskHadoop:
+    """The Hadoop client env every task of a YARN container gets, so TF's hdfs:// plugin
+    (libhdfs) starts: HADOOP_HOME, HADOOP_HDFS_HOME, CLASSPATH (Hadoop's jars, then the
+    container's own) and LD_LIBRARY_PATH (libjvm.so's dir and Hadoop's native libs, then
+    the container's own); nothing where the node has no `hadoop`. `hadoop classpath` (a
+    shell script, 50 ms of CPU) starts with the launcher and is read when the tasks start:
+    the container's start script ran it first, and with its own expansion cost each
+    container about 0.35 s before the launcher began (#46)."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.environ = dict(environ)
+        binary = hadoop_bin(environ)
+        self.home = environ.get("HADOOP_HOME") or (
+            os.path.dirname(os.path.dirname(os.path.abspath(binary))) if binary else "")
+        self.proc = None if binary is None else subprocess.Popen(
+            [binary, "classpath"], env={**environ, "HADOOP_HOME": self.home},
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True)
+
+    def env(self) -> dict[str, str]:
+        """What to add to each task's env (waits for `hadoop classpath`)."""
+        if self.proc is None:
+            return {}
+        out, _ = self.proc.communicate()
+        environ, home = self.environ, self.home
+        jars = expand_classpath(out.strip()) if self.proc.returncode == 0 else []
+        jvm = jvm_lib_dir(environ.get("JAVA_HOME", ""))
+        return {"HADOOP_HOME": home,
+                "HADOOP_HDFS_HOME": environ.get("HADOOP_HDFS_HOME") or home,
+                "CLASSPATH": os.pathsep.join(
+                    [*jars, *([environ["CLASSPATH"]] if environ.get("CLASSPATH") else [])]),
+                "LD_LIBRARY_PATH": os.pathsep.join(
+                    [*([jvm] if jvm else []), os.path.join(home, "lib", "native"),
+                     *([environ["LD_LIBRARY_PATH"]] if environ.get("LD_LIBRARY_PATH") else [])])}
+
+    def close(self) -> None:
+        """`hadoop classpath` ended and reaped, if the tasks never started."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def client_env(environ: Mapping[str, str]) -> dict[str, str]:
     """What to add to `environ` so that libhdfs starts: CLASSPATH (globbed, plus what was
     there), ARROW_LIBHDFS_DIR, HADOOP_HOME. Raises HadoopClientMissing saying what to set."""
@@ -58,12 +132,13 @@ def client_env(environ: Mapping[str, str]) -> dict[str, str]:
                                   "the directory of libhdfs.so")
     if not environ.get("JAVA_HOME"):
         raise HadoopClientMissing("libhdfs needs a JVM: set JAVA_HOME")
-    r = subprocess.run([binary, "classpath", "--glob"], capture_output=True, text=True,
+    r = subprocess.run([binary, "classpath"], capture_output=True, text=True,
                        env=dict(environ))
     if r.returncode != 0:
-        raise HadoopClientMissing(f"`{binary} classpath --glob` failed: {r.stderr.strip()}")
+        raise HadoopClientMissing(f"`{binary} classpath` failed: {r.stderr.strip()}")
     before = environ.get("CLASSPATH")
-    return {"CLASSPATH": r.stdout.strip() + (os.pathsep + before if before else ""),
+    return {"CLASSPATH": os.pathsep.join([*expand_classpath(r.stdout.strip()),
+                                          *([before] if before else [])]),
             "ARROW_LIBHDFS_DIR": native, "HADOOP_HOME": home, **jvm_env(environ)}
 
 

@@ -75,6 +75,7 @@ from tfyarn.core.timing import (
     heartbeat_s,
 )
 from tfyarn.hdfs import plugin as hdfs
+from tfyarn.hdfs.jni import TaskHadoop
 from tfyarn.protocol import kv as kvmod
 from tfyarn.protocol.skeinlink import users_env
 from tfyarn.runtime import docker, keytab, preemption, steps
@@ -368,6 +369,7 @@ class LaunchArgs:
     gang: int = 0  # which gang of containers: keys are read and written under it
     watchdog: bool = True  # fork one (YARN); local mode's client does its work instead
     memory_mb: int = 0  # this container's memory when grown (--memory-growth); 0: the job's
+    hadoop_env: bool = False  # on YARN: the tasks get the node's Hadoop client env
 
     @property
     def tasks(self) -> tuple[Task, ...]:
@@ -413,6 +415,8 @@ def _parser() -> argparse.ArgumentParser:
                    "the driver grew it after a memory kill (0: the job's own size)")
     p.add_argument("--no-watchdog", action="store_true", help="local mode: the client ends "
                    "what a dead launcher leaves behind, so no watchdog process is forked")
+    p.add_argument("--hadoop-env", action="store_true", help="on YARN: give the tasks the "
+                   "node's Hadoop client env (CLASSPATH and the rest: jni.TaskHadoop)")
     return p
 
 
@@ -428,7 +432,7 @@ def parse_args(argv: Sequence[str] | None) -> LaunchArgs:
     if run is not None and len(hosted) > 1:
         raise ValueError("-m docker: a launcher serves one container")
     return LaunchArgs(job, hosted, ns.kv, run, ns.attempt, gang, not ns.no_watchdog,
-                      ns.memory_mb)
+                      ns.memory_mb, ns.hadoop_env)
 
 
 def _tasks(words: str) -> tuple[Task, ...]:
@@ -455,6 +459,7 @@ class Launcher:
     # when this launcher's process started, registered and read the cluster spec
     # (each task's Started record carries them: the gang's start, phase by phase)
     milestones: dict[str, float | None] = field(default_factory=dict)
+    hadoop: TaskHadoop | None = None  # on YARN: the Hadoop client env, worked out meanwhile
 
     def run(self) -> None:
         """Register every task, wait for the cluster, run and supervise the processes."""
@@ -495,6 +500,8 @@ class Launcher:
             return
         raw = self.store.get(kvmod.RANKS)
         ranks = None if raw is None else RankTable.from_json(raw, kvmod.RANKS)
+        if self.hadoop is not None:  # every task's env starts from node_env
+            self.node_env.update(self.hadoop.env())
         devices = {id(h): self.devices(h) for h in self.args.hosted}
         self.slots = slots
         started: dict[str, str] = {}
@@ -731,8 +738,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     spawn.set_subreaper()
     flag = StopFlag()
     install_signal_handlers(flag)
+    # `hadoop classpath` runs while this process connects and registers (no thread yet)
+    hadoop = TaskHadoop(os.environ) if args.hadoop_env else None
     store = kvmod.Scoped(kvmod.open_kv(args.store_url), args.gang)
-    launcher = Launcher(args, settings, store, flag, watchdog)
+    launcher = Launcher(args, settings, store, flag, watchdog, hadoop=hadoop)
     done = launcher.done
     try:
         for hosted in args.hosted:
@@ -747,6 +756,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # reported as this task's exit (the driver then decides), and its tree is stopped
         tree.stop_tree(0.0, {watchdog})
         launcher.report_error(exc)
+    if hadoop is not None:
+        hadoop.close()
     done.set()
     return 0
 

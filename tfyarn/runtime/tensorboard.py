@@ -32,6 +32,7 @@ from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
 from tfyarn.core.timing import TENSORBOARD_POLL_S, TENSORBOARD_START_S, WAKE_S
 from tfyarn.hdfs import plugin as hdfs
+from tfyarn.hdfs.jni import TaskHadoop
 from tfyarn.protocol import kv as kvmod
 from tfyarn.runtime import tbgate
 from tfyarn.runtime.launcher import TAG_VAR, StopFlag, install_signal_handlers, reserve_port
@@ -89,13 +90,14 @@ def wait_for_job_end(store: kvmod.KV, flag: StopFlag, linger_s: float) -> None:
 
 
 def run(spec: JobSpec, store: kvmod.KV, python: str, settings: Settings, flag: StopFlag,
-        keep: set[int], tag: str) -> None:
+        keep: set[int], tag: str, hadoop_env: bool = False) -> None:
     host = settings.advertise_host or socket.getfqdn()
     sock = reserve_port()
     port = sock.getsockname()[1]
     sock.close()  # TensorBoard binds it itself, right after
     token = secrets.token_urlsafe(24)
-    env = {**os.environ, TAG_VAR: tag, tbgate.TOKEN_VAR: token}
+    added = TaskHadoop(os.environ).env() if hadoop_env else {}  # an hdfs:// logdir's libhdfs
+    env = {**os.environ, **added, TAG_VAR: tag, tbgate.TOKEN_VAR: token}
     env.update(hdfs.plugin_env(env))  # an hdfs:// logdir: the same plugin as the tasks
     argv = [python, "-m", "tfyarn.runtime.tbgate", "--logdir", spec.tensorboard_dir or ".",
             "--host", host, "--port", str(port)]  # the advertised host's address only
@@ -117,6 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--job", required=True, help="path of the job JSON")
     p.add_argument("--kv", required=True, help="dir:/path or skein:")
     p.add_argument("--python", default=sys.executable, help="the job environment's python")
+    p.add_argument("--hadoop-env", action="store_true", help="on YARN: the node's Hadoop "
+                   "client env for TensorBoard (jni.TaskHadoop)")
     ns = p.parse_args(argv)
     with open(ns.job, encoding="utf-8") as f:
         spec = JobSpec.from_json(f.read())
@@ -127,7 +131,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     install_signal_handlers(flag)
     store = kvmod.open_kv(ns.kv)
     try:
-        run(spec, store, ns.python, Settings.from_environ(), flag, {watchdog}, tag)
+        run(spec, store, ns.python, Settings.from_environ(), flag, {watchdog}, tag,
+            ns.hadoop_env)
     finally:
         with contextlib.suppress(StoreGone, OSError):
             store.put(kvmod.TENSORBOARD_DONE, "1")
