@@ -69,8 +69,6 @@ def service_name(task: Task, spec: JobSpec | None = None) -> str:
     return spec.container_of(task).name if spec is not None else f"{task.type}-{task.index}"
 
 
-
-
 def python_for(spec: JobSpec) -> str:
     if spec.runtime.mode == "virtual-env":
         return f"./{ENV_DIR}/bin/python"
