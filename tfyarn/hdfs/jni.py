@@ -42,6 +42,11 @@ def hadoop_bin(environ: Mapping[str, str]) -> str | None:
     return shutil.which("hadoop", path=environ.get("PATH"))
 
 
+def _before(entries: list[str], existing: str | None) -> str:
+    """A path list: `entries`, then what the variable held (CLASSPATH, LD_LIBRARY_PATH)."""
+    return os.pathsep.join([*entries, *([existing] if existing else [])])
+
+
 def expand_classpath(classpath: str) -> list[str]:
     """`hadoop classpath`'s entries with each `dir/*` made the dir's .jar and .JAR files
     (Java's rule, which libhdfs's JVM does not apply); other entries as they are."""
@@ -103,11 +108,10 @@ class TaskHadoop:
         jvm = jvm_lib_dir(environ.get("JAVA_HOME", ""))
         return {"HADOOP_HOME": home,
                 "HADOOP_HDFS_HOME": environ.get("HADOOP_HDFS_HOME") or home,
-                "CLASSPATH": os.pathsep.join(
-                    [*jars, *([environ["CLASSPATH"]] if environ.get("CLASSPATH") else [])]),
-                "LD_LIBRARY_PATH": os.pathsep.join(
-                    [*([jvm] if jvm else []), os.path.join(home, "lib", "native"),
-                     *([environ["LD_LIBRARY_PATH"]] if environ.get("LD_LIBRARY_PATH") else [])])}
+                "CLASSPATH": _before(jars, environ.get("CLASSPATH")),
+                "LD_LIBRARY_PATH": _before([*([jvm] if jvm else []),
+                                            os.path.join(home, "lib", "native")],
+                                           environ.get("LD_LIBRARY_PATH"))}
 
     def close(self) -> None:
         """`hadoop classpath` ended and reaped, if the tasks never started."""
@@ -136,9 +140,7 @@ def client_env(environ: Mapping[str, str]) -> dict[str, str]:
                        env=dict(environ))
     if r.returncode != 0:
         raise HadoopClientMissing(f"`{binary} classpath` failed: {r.stderr.strip()}")
-    before = environ.get("CLASSPATH")
-    return {"CLASSPATH": os.pathsep.join([*expand_classpath(r.stdout.strip()),
-                                          *([before] if before else [])]),
+    return {"CLASSPATH": _before(expand_classpath(r.stdout.strip()), environ.get("CLASSPATH")),
             "ARROW_LIBHDFS_DIR": native, "HADOOP_HOME": home, **jvm_env(environ)}
 
 
