@@ -171,18 +171,27 @@ def test_the_gateway_commands_work_for_a_user_who_evals_the_env(sandbox):
     assert sandbox["HADOOP_CONF_DIR"] in classpath.stdout.split(":")
 
 
-def test_a_killed_nodemanager_is_restarted_by_start(sandbox):
+def test_a_killed_nodemanager_is_restarted_by_start_though_its_pid_was_reused(sandbox):
+    """Its pid file names a pid another process has since (pids wrap within a CI run):
+    Hadoop's `--daemon start` alone refuses that ("Stop it first"), and the sandbox
+    stopped; the other process is left alone."""
     pid = int(pid_file(sandbox, "nodemanager", 1).read_text())
     pidfd = os.pidfd_open(pid)  # not our child: a pidfd turns readable when it has exited
     os.kill(pid, 9)
     assert select.select([pidfd], [], [], 60)[0], "the NodeManager outlived SIGKILL for 60 s"
     os.close(pidfd)
-    status = sandbox_cmd("status")
-    assert status.returncode == 1 and "nodemanager1: stopped" in status.stdout
-    out = sandbox_cmd("start")
-    assert out.returncode == 0, out.stderr
-    assert "restarting the nodemanager1" in out.stderr
-    assert int(pid_file(sandbox, "nodemanager", 1).read_text()) != pid
+    with subprocess.Popen(["sleep", "600"]) as reused:
+        try:
+            pid_file(sandbox, "nodemanager", 1).write_text(f"{reused.pid}\n")
+            status = sandbox_cmd("status")
+            assert status.returncode == 1 and "nodemanager1: stopped" in status.stdout
+            out = sandbox_cmd("start")
+            assert out.returncode == 0, out.stderr
+            assert "restarting the nodemanager1" in out.stderr
+            assert reused.poll() is None  # not the sandbox's: untouched
+        finally:
+            reused.kill()
+    assert int(pid_file(sandbox, "nodemanager", 1).read_text()) not in (pid, reused.pid)
     status = sandbox_cmd("status")
     assert status.returncode == 0 and "node 1 127.0.0.1: RUNNING" in status.stdout, status.stdout
     # restarted without SANDBOX_PYTHON: containers still find the sandbox's python first
