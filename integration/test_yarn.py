@@ -294,6 +294,9 @@ def test_failure_message_shows_the_traceback(el_submit):
     assert out.returncode == 1
     assert "last stderr lines of worker:0:\n  Traceback (most recent call last):" in out.stderr
     assert "KeyError: 'k'" in out.stderr
+    # the final status, read though the job failed before el_submit's first look (the
+    # driver's --watched); YARN's diagnostics would have the same words but no --task
+    assert f"tfyarn logs {app_id} --task worker:0" in out.stderr
 
 
 # ---------------------------------------------------------------- allreduce and packing (#7)

@@ -50,6 +50,9 @@ def test_seed_job_spec(tmp_path):
     assert app["master"]["resources"] == {"memory": 2048, "vcores": 1}
     assert 'runpy.run_module("tfyarn.runtime.driver"' in app["master"]["script"]
     assert app["master"]["script"].endswith(" --job tfyarn-job.json --kv skein:\n")
+    staged = appspec.Staged("/stage/job.json")  # el_submit follows the job: the driver waits
+    watched = appspec.application_dict(spec, staged, appspec.ClusterDefaults(), watched=True)
+    assert watched["master"]["script"].endswith(" --kv skein: --watched\n")
     assert (app["name"], app["queue"], app["tags"]) == ("wide_and_deep", "ml", ["team-a", "tfyarn"])
     assert chief["files"][appspec.JOB_FILE]["type"] == "file"
     assert app["max_attempts"] == 2  # YARN's and Spark's default: a lost AM resumes the job

@@ -94,6 +94,32 @@ def test_publishes_cluster_then_honours_kill(tmp_path):
     assert kvmod.wanted(store).attempt == 0  # a kill is never restarted
 
 
+def test_a_watched_job_that_fails_at_once_waits_for_its_clients_first_look(tmp_path):
+    """el_submit said at submission that it follows the job (the driver's --watched),
+    but a job failing within seconds can reach its verdict before the client's first
+    look at the store (CI's loaded 2 cores): the final status waits for its ACK then
+    too, so the client shows the task's traceback, not YARN's diagnostics."""
+    store = kvmod.DirKV(str(tmp_path))
+    gang = kvmod.Scoped(store, 0)
+    spec = job("tensorflow-worker")
+    for t in spec.tasks():
+        gang.put(kvmod.addr_key(t), f"127.0.0.1:{1000 + t.index}")
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(out=run(spec, store, watched=True)))
+    thread.start()
+    gang.wait(kvmod.CLUSTER, timeout=5)
+    gang.put(kvmod.exit_key(Task("worker", 0)), ex(1, tail=("KeyError: 'k'",)).to_json())
+    for t in spec.tasks()[1:]:  # the others answer the stop request
+        gang.wait(kvmod.STOP, timeout=5)
+        gang.put(kvmod.exit_key(t), ex(-15, stopped=True).to_json())
+    status = store.wait(kvmod.STATUS, timeout=10)  # the client's first look: no CLIENT put
+    assert store.get(kvmod.CLIENT) is None and status is not None
+    assert thread.is_alive() and "out" not in result  # still there for the client
+    store.put(kvmod.ACK, "1")
+    thread.join(timeout=10)
+    assert result["out"].state == "FAILED" and result["out"].tail == ("KeyError: 'k'",)
+
+
 def test_timeout_fails_the_job(tmp_path):
     store = kvmod.DirKV(str(tmp_path))
     out = run(job(timeout_s=0.2), store)

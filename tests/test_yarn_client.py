@@ -297,6 +297,33 @@ def test_an_application_master_lost_with_its_node_is_named(monkeypatch):
     assert "tfyarn logs application_1_0006" in text
 
 
+def test_a_client_that_never_read_the_final_status_shows_the_drivers_words(tmp_path):
+    """The AM went before the client's first look at its store (a detached client that
+    attached late; or one starved past the driver's bounded wait): what the driver gave
+    YARN as diagnostics (`YarnSite.finish`) reads as the final status would have, the
+    traceback indented under its heading."""
+    from types import SimpleNamespace
+
+    from tfyarn.core.errors import JobFailed
+    from tfyarn.runtime.site import YarnSite
+
+    given = []
+    am = SimpleNamespace(shutdown=lambda state, diagnostics: given.append((state, diagnostics)))
+    tail = ("Traceback (most recent call last):", '  File "<string>", line 3, in <module>',
+            "KeyError: 'k'")
+    outcome = Outcome("FAILED", "worker:0 exited with code 1", "worker:0", 1, tail,
+                      {"worker:0": TaskEnd(1, host="n1", tail=tail)})
+    YarnSite(kvmod.DirKV(str(tmp_path)), App(am)).finish(_spec(), outcome)
+    state, diagnostics = given[0]
+    client = StandInClient([_rep("RUNNING"), _rep("FINISHED", state, diagnostics)])
+    with pytest.raises(JobFailed) as failed:
+        watch.Watcher(Yarn(client), "application_1_0007", _spec(), poll_s=0.01).run()
+    text = str(failed.value)
+    assert "\n".join(outcome.describe("application_1_0007")) in text
+    assert "last stderr lines of worker:0:\n  Traceback (most recent call last):" in text
+    assert "\ntasks:\n  worker:0" in text and failed.value.exit_code == 1
+
+
 def _aggregation_rm(app_id: str, page: str, lost: str):
     """A stand-in RM serving captured answers: the application's log aggregation page and
     the LOST nodes' list."""

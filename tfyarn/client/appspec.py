@@ -150,11 +150,13 @@ AM_JAVA_OPENS = ("--add-opens=java.base/java.util=ALL-UNNAMED "
                  "--add-opens=java.base/java.util.concurrent=ALL-UNNAMED")
 
 
-def driver_script(spec: JobSpec) -> str:
+def driver_script(spec: JobSpec, watched: bool = False) -> str:
+    """`watched`: the submitting client follows the job (its final status waits for the
+    client's acknowledgement, bounded)."""
     py = spec.runtime.python if spec.runtime.mode == "docker" else python_for(spec)
     return ("set -u\nunset JDK_JAVA_OPTIONS  # the AM's, not the driver's\n"
             + runtime_setup(spec) + run_module(py, "tfyarn.runtime.driver", "driver")
-            + f" --job {JOB_FILE} --kv skein:\n")
+            + f" --job {JOB_FILE} --kv skein:{' --watched' if watched else ''}\n")
 
 
 def files_dict(staged: Staged, with_env: str | None) -> dict[str, dict[str, str]]:
@@ -180,8 +182,10 @@ def container_env(spec: JobSpec, defaults: ClusterDefaults) -> dict[str, str]:
     return env
 
 
-def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -> dict[str, Any]:
-    """The skein ApplicationSpec as a plain dict (pure: no I/O, no skein import)."""
+def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults,
+                     watched: bool = False) -> dict[str, Any]:
+    """The skein ApplicationSpec as a plain dict (pure: no I/O, no skein import);
+    `watched`: the submitting client follows the job to its end."""
     env_archive = staged.env_archive or (
         spec.runtime.arg if spec.runtime.mode == "virtual-env" else None)
     files = files_dict(staged, env_archive)
@@ -220,7 +224,7 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
             "files": master_files,
             "env": {**defaults.extra_env, "PYTHONUNBUFFERED": "1",
                     "JDK_JAVA_OPTIONS": AM_JAVA_OPENS},
-            "script": driver_script(spec),
+            "script": driver_script(spec, watched),
         },
         "services": services,
     }
@@ -230,6 +234,7 @@ def application_dict(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -
     return app
 
 
-def application_spec(spec: JobSpec, staged: Staged, defaults: ClusterDefaults) -> Any:
+def application_spec(spec: JobSpec, staged: Staged, defaults: ClusterDefaults,
+                     watched: bool = False) -> Any:
     """The same, as a validated skein.ApplicationSpec."""
-    return skeinclient.application_spec(application_dict(spec, staged, defaults))
+    return skeinclient.application_spec(application_dict(spec, staged, defaults, watched))

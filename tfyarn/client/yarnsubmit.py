@@ -29,7 +29,7 @@ from tfyarn.core.say import say
 def submit_and_watch(spec: JobSpec, opts: ClientOptions,
                      interrupts: Interrupts | None = None) -> int:
     interrupts = interrupts or Interrupts()
-    with submitted(spec, opts, interrupts) as (client, app_id):
+    with submitted(spec, opts, interrupts, watched=not opts.detach) as (client, app_id):
         common.emit_id(app_id, "application id")
         if opts.detach and not interrupts.count:  # a signal while submitting: kill it
             say(f"submitted {app_id}; follow it with: tfyarn status {app_id} | tfyarn "
@@ -47,11 +47,13 @@ def with_site_acls(yarn: YarnOptions, defaults: appspec.ClusterDefaults) -> Yarn
 
 
 @contextmanager
-def submitted(spec: JobSpec, opts: ClientOptions,
-              interrupts: Interrupts) -> Iterator[tuple[Yarn, str]]:
+def submitted(spec: JobSpec, opts: ClientOptions, interrupts: Interrupts,
+              watched: bool = False) -> Iterator[tuple[Yarn, str]]:
     """Stage and submit the job; the YARN client (open until the block ends) and the
     application id. Signals are only recorded from before the submit on: one during it
-    must not lose the id (the watcher's first step kills the application then)."""
+    must not lose the id (the watcher's first step kills the application then).
+    `watched`: this client follows the job, so its driver waits for it to read the
+    final status even when the job ends before the client's first look."""
     require_client(opts)
     settings, conf_dir = opts.settings, opts.hadoop_conf
     defaults = staging.load_defaults(settings, conf_dir)
@@ -65,7 +67,7 @@ def submitted(spec: JobSpec, opts: ClientOptions,
             staged = staging.use_cache(staging.stage(spec, tmp), settings, conf_dir,
                                        web_login(opts))
             staged = staging.with_keytab(staged, opts.keytab)
-            app_spec = appspec.application_spec(spec, staged, defaults)
+            app_spec = appspec.application_spec(spec, staged, defaults, watched)
             client = held.enter_context(yarn_client(opts))
             held.enter_context(interrupts.deferred())
             upload = Progress("submitting; skein uploads what YARN localizes",

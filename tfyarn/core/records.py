@@ -451,11 +451,15 @@ class Outcome(Record):
 
     def describe(self, job: str, state: str | None = None) -> list[str]:
         """`JOB STATE: message`, then the deciding task's stderr excerpt."""
-        lines = [f"{job} {state or self.state}: {self.message}"]
-        if self.tail:
-            lines.append(f"last stderr lines of {self.task}:")
-            lines += [f"  {line}" for line in self.tail]
-        return lines
+        return [f"{job} {state or self.state}: {self.message}", *self.excerpt()]
+
+    def excerpt(self) -> list[str]:
+        """The deciding task's stderr excerpt, indented under its heading: the same
+        words in a client's failure message and in YARN's diagnostics (what a client
+        that never read the final status shows)."""
+        if not self.tail:
+            return []
+        return [f"last stderr lines of {self.task}:", *(f"  {line}" for line in self.tail)]
 
     def summary(self) -> Attempt:
         """This attempt as an earlier one, once a restart follows it."""

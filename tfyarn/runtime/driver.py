@@ -113,11 +113,13 @@ if TYPE_CHECKING:  # both load http.server (~15 ms): imported where used, off th
 @dataclass
 class JobLife:
     """What outlives one attempt: the job's start (for --timeout, on the monotonic
-    clock), the client process that started the driver, and a signal it received."""
+    clock), the client process that started the driver, a signal it received, and
+    whether a client said at submission that it follows the job to its end."""
 
     start: float = field(default_factory=time.monotonic)
     parent: int = field(default_factory=os.getppid)
     interrupted: str | None = None
+    watched: bool = False  # el_submit without --detach: its ACK is waited for
 
 
 @dataclass
@@ -736,14 +738,15 @@ class AmAttempt:
 
 def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
         gang: gangmod.Gang | None = None, am: AmAttempt = AmAttempt(),
-        started: float | None = None) -> Outcome:
+        started: float | None = None, watched: bool = False) -> Outcome:
     """Drive the job to its end, restarting the whole gang after a failure the restart
     policy accepts, and publish the final status. In a later ApplicationMaster attempt
     the lost one's running attempt counts as a failure, and the job resumes as a restart
     when --max-restarts allows (its gang 0 is skein's from the spec). `started`: the
-    driver process's start, its first milestone."""
+    driver process's start, its first milestone; `watched`: a client follows the job
+    (it may not have reached the store yet when a job fails within seconds)."""
     gang = gang or gangmod.Gang(store)
-    life = JobLife()
+    life = JobLife(watched=watched)
     if threading.current_thread() is threading.main_thread():
         _trap_signals(life)
     course = Course(spec, store, gang, life, advertise_host,
@@ -801,7 +804,9 @@ def finish(course: Course, outcome: Outcome, tasks: Mapping[str, TaskEnd]) -> Ou
     store.expect([kvmod.ACK])  # before the status: a watching client acknowledges at once
     store.put(kvmod.STATUS, final.to_json())
     course.show(now=True)  # after the verdict: the kept page and Job.metrics() read it
-    if store.get(kvmod.CLIENT) is not None:  # let a watching client read it before we go
+    # let a watching client read it before we go: one that said so at submission too,
+    # as a job that fails at once can reach its verdict before that client's first look
+    if course.life.watched or store.get(kvmod.CLIENT) is not None:
         store.wait(kvmod.ACK, timeout=ACK_WAIT_S)
     return final
 
@@ -923,6 +928,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--kv", required=True, help="dir:/path or skein:")
     p.add_argument("--logs", help="local mode: the dir of the job's log files (the page "
                    "serves them)")
+    p.add_argument("--watched", action="store_true",
+                   help="a client follows the job: the final status waits for its ACK")
     ns = p.parse_args(argv)
     started = tree.started_at()
     with open(ns.job, encoding="utf-8") as f:
@@ -943,7 +950,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     starter = threading.Thread(target=start_page, daemon=True)
     starter.start()
     site.prepare(settings)
-    outcome = run(spec, site.store, host, site.gang(spec), am, started)
+    outcome = run(spec, site.store, host, site.gang(spec), am, started, ns.watched)
     linger = site.tensorboard_linger_s(spec)
     exit_within(VERDICT_EXIT_S + (linger + TENSORBOARD_DONE_SLACK_S if linger else 0),
                 exit_code(outcome.state))

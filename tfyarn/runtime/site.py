@@ -178,10 +178,8 @@ class YarnSite(Site):
         it to the ResourceManager before this returns (skein patch 0012): the job has
         ended for YARN and its clients, and the driver keeps its page after."""
         self.linger_for_tensorboard(spec)
-        diagnostics = outcome.message
-        if outcome.tail:
-            diagnostics += f"\nlast stderr lines of {outcome.task}:\n" + "\n".join(outcome.tail)
-        diagnostics += "\ntasks:\n" + "\n".join(attempt_tables(outcome))
+        diagnostics = "\n".join([outcome.message, *outcome.excerpt(), "tasks:",
+                                 *(f"  {line}" for line in attempt_tables(outcome))])
         try:
             self.app.shutdown(outcome.state, spec.redactor()(diagnostics))
         except StoreGone as exc:  # the master script's exit code still carries the status
