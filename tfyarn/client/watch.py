@@ -56,19 +56,37 @@ def next_steps(app_id: str, task: str | None = None) -> str:
     return f"logs: tfyarn logs {app_id}{only}   (or: yarn logs -applicationId {app_id})"
 
 
-def stop_application(client: Yarn, app_id: str, reason: str, escalation: common.Escalation) -> str:
+def stop_application(client: Yarn, app_id: str, reason: str, escalation: common.Escalation,
+                     watching: bool = False) -> str:
     """Ask the driver to stop every task (orderly, final status KILLED); force it when
-    the driver cannot (no AM yet, no answer in time) or a second signal says so."""
-    asked = escalation.ask(app_store(client, app_id), reason)
+    the driver cannot (no AM yet, no answer in time) or a second signal says so.
+    `watching`: the caller is the client the driver waits for (el_submit stopping its
+    own job), so it acknowledges the final status, and the AM goes without that wait."""
+    store = app_store(client, app_id)
+    asked = escalation.ask(store, reason)
     while asked and (why := escalation.forced()) is None:
         rep = client.report(app_id)
         if rep.ended:
             return str(rep.state)
+        if watching and store is not None:
+            store = _acknowledged(store)
         time.sleep(YARN_POLL_S)
     if asked and why == "second signal":
         say("second signal: killing the application now")
     client.kill(app_id)
     return str(YarnState.KILLED)
+
+
+def _acknowledged(store: kvmod.SkeinKV) -> kvmod.SkeinKV | None:
+    """The final status acknowledged once the driver has put it (the store, None once
+    acknowledged or gone)."""
+    try:
+        if store.get(kvmod.STATUS) is None:
+            return store
+        store.put(kvmod.ACK, "1")
+    except StoreGone:
+        pass
+    return None
 
 
 class _Call:
@@ -340,7 +358,8 @@ class Watcher:
         words = self.interrupts.words()
         say(f"{words}: killing {self.app_id} (send it again to kill at once)")
         stop_application(self.client, self.app_id, f"{words} (el_submit)",
-                         common.Escalation(self.interrupts, self.spec.stop_grace_s))
+                         common.Escalation(self.interrupts, self.spec.stop_grace_s),
+                         watching=True)
         return common.interrupted(self.app_id, self.interrupts, next_steps(self.app_id))
 
     def _never_started(self) -> JobFailed:
