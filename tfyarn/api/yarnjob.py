@@ -62,8 +62,9 @@ class YarnBackend(_Backend):
 
     def __init__(self, app_id: str, opts: ClientOptions,
                  client: Yarn | None = None, spec: JobSpec | None = None,
-                 held: ExitStack | None = None) -> None:
+                 held: ExitStack | None = None, watched: bool = False) -> None:
         self.id, self.opts, self.spec = app_id, opts, spec
+        self.watched = watched  # submitted here: the driver waits for this handle's ACK
         self.held = held or ExitStack()
         self._client = client
         self.outcome: Outcome | None = None
@@ -262,7 +263,7 @@ class YarnBackend(_Backend):
         if rep.ended:
             return str(rep.state)
         return stop_application(self.client, self.id, reason,
-                                common.Escalation(Interrupts(), KILL_GRACE_S))
+                                common.Escalation(Interrupts(), KILL_GRACE_S), self.watched)
 
     def close(self) -> None:
         self.held.close()
@@ -295,12 +296,14 @@ def submit(spec: JobSpec, opts: ClientOptions) -> YarnBackend:
 
     held = ExitStack()
     try:
-        client, app_id = held.enter_context(submitted(spec, opts, Interrupts()))
+        # watched: a handle's wait() (tfyarn.run's at once) may come after a quick job's
+        # verdict; its driver waits for it as for el_submit's, bounded (ACK_WAIT_S)
+        client, app_id = held.enter_context(submitted(spec, opts, Interrupts(), watched=True))
     except BaseException:
         held.close()
         raise
     say(f"submitted {app_id}")
-    return YarnBackend(app_id, opts, client, spec, held)
+    return YarnBackend(app_id, opts, client, spec, held, watched=True)
 
 
 def applications(finished: bool, opts: ClientOptions) -> list[AppReport]:
