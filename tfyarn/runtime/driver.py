@@ -119,7 +119,7 @@ class JobLife:
     start: float = field(default_factory=time.monotonic)
     parent: int = field(default_factory=os.getppid)
     interrupted: str | None = None
-    watched: bool = False  # el_submit without --detach: its ACK is waited for
+    watched: bool = False  # el_submit without --detach, the API: its ACK is waited for
 
 
 @dataclass
