@@ -32,7 +32,7 @@ from tfyarn.core.errors import (
     TfYarnError,
 )
 from tfyarn.core.jobspec import JobSpec, container_name
-from tfyarn.core.policy import am_end, attempt_tables, elapsed_words, restart_words
+from tfyarn.core.policy import am_end, elapsed_words, restart_words, tasks_section
 from tfyarn.core.records import Outcome
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
@@ -433,9 +433,8 @@ class Watcher:
             finish_live_logs(self.view.live, self.app_id, self.opts)
         outcome = self.view.outcome
         if outcome is not None:
-            say("tasks:")
-            for line in attempt_tables(outcome):
-                say(f"  {line}")
+            for line in tasks_section(outcome):
+                say(line)
         state = str(final) if final in STATE_EXIT else \
             str(FinalStatus.KILLED if self.state is YarnState.KILLED else FinalStatus.FAILED)
         if final is FinalStatus.SUCCEEDED:

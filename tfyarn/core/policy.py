@@ -775,6 +775,12 @@ def attempt_tables(outcome: Outcome) -> list[str]:
     return lines + [f"  {line}" for line in format_tasks(outcome.tasks)] + more
 
 
+def tasks_section(outcome: Outcome) -> list[str]:
+    """`tasks:` and the attempt tables under it, indented: as a client prints them at
+    the end and as YARN's diagnostics carry them (the same words either way)."""
+    return ["tasks:", *(f"  {line}" for line in attempt_tables(outcome))]
+
+
 def format_tasks(tasks: Mapping[str, TaskEnd]) -> list[str]:
     """One line per task, in natural order (the outcome's JSON keeps them sorted as
     text: worker:10 before worker:2): name, host, exit code and why it ended."""

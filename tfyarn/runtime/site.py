@@ -25,7 +25,7 @@ from typing import Any
 
 from tfyarn.core.errors import EnvironmentMissing, StoreGone
 from tfyarn.core.jobspec import JobSpec, container_name
-from tfyarn.core.policy import attempt_tables
+from tfyarn.core.policy import tasks_section
 from tfyarn.core.records import CourseSoFar, JobView, Outcome
 from tfyarn.core.say import say
 from tfyarn.core.settings import Settings
@@ -178,8 +178,7 @@ class YarnSite(Site):
         it to the ResourceManager before this returns (skein patch 0012): the job has
         ended for YARN and its clients, and the driver keeps its page after."""
         self.linger_for_tensorboard(spec)
-        diagnostics = "\n".join([outcome.message, *outcome.excerpt(), "tasks:",
-                                 *(f"  {line}" for line in attempt_tables(outcome))])
+        diagnostics = "\n".join([outcome.message, *outcome.excerpt(), *tasks_section(outcome)])
         try:
             self.app.shutdown(outcome.state, spec.redactor()(diagnostics))
         except StoreGone as exc:  # the master script's exit code still carries the status
