@@ -138,7 +138,8 @@ def test_a_course_planted_by_another_hdfs_user_is_not_resumed_from(tmp_path, cap
     """The driver of a later ApplicationMaster attempt reads the job's kept course back
     from HDFS (`YarnSite.kept_course`). Where the owner left the dir open to others,
     mallory plants one for the job (claiming to be mallory over WebHDFS, as simple auth
-    lets anyone): it is refused by its owner, never read; the owner's own is read."""
+    lets anyone): it is refused by its owner, never read; the owner's own is read, under
+    its temporary name too (`webhdfs.put_temp`: the only copy for a moment)."""
     from hdfs import InsecureClient
 
     from tfyarn.core.records import CourseSoFar
@@ -170,7 +171,16 @@ def test_a_course_planted_by_another_hdfs_user_is_not_resumed_from(tmp_path, cap
         site.keep_course_file(settings, mine)
         assert owner.status(path)["permission"] == "600"
         assert site.kept_course(None, settings) == mine  # type: ignore[arg-type]
+        temp = webhdfs.put_temp(path)  # an AM lost between the old one's delete and the rename
+        owner.rename(path, temp)
+        assert site.kept_course(None, settings) == mine  # type: ignore[arg-type]
+        owner.delete(temp)
+        mallory.write(temp, data=forged.to_json(), overwrite=True, permission="666")
+        assert site.kept_course(None, settings) is None  # type: ignore[arg-type]
+        assert f"{temp} is not {OWNER}'s own private file (owner mallory" in \
+            capsys.readouterr().err
     finally:
         owner.delete(path)
+        owner.delete(webhdfs.put_temp(path))
         for p, mode in modes.items():
             owner.set_permission(p, mode)

@@ -468,7 +468,7 @@ def test_the_referees_deadlines_read_the_clock_it_is_given(tmp_path):
     assert over is not None and over.message == "the job ran past --timeout 300 s"
 
 
-def _second_am(tmp_path, kept, max_restarts, memory_mb=1024):
+def _second_am(tmp_path, kept, max_restarts, memory_mb=1024, keep=None):
     """The driver of ApplicationMaster attempt 2 of 2 (skein's gang 0 from the spec is
     running), given what attempt 1 kept (or None: HDFS did not answer)."""
     from tfyarn.protocol.skeinlink import App
@@ -480,7 +480,7 @@ def _second_am(tmp_path, kept, max_restarts, memory_mb=1024):
     app = FakeApp(spec)
     kept_by = []
     result = {}
-    am = AmAttempt(2, 2, "127.0.0.3", kept_by.append, kept)
+    am = AmAttempt(2, 2, "127.0.0.3", keep or kept_by.append, kept)
     thread = threading.Thread(target=lambda: result.update(
         out=run(spec, store, gang=SkeinGang(store, App(app), spec), am=am)))
     thread.start()
@@ -519,6 +519,34 @@ def test_a_second_application_master_resumes_the_job_as_a_restart(tmp_path, caps
     assert out.goodput.attempts[0].last_step == 50  # the lost attempt's steps, as kept
     assert "attempt 2/2: restarting after the ApplicationMaster was lost" in \
         capsys.readouterr().err
+
+
+def test_a_resumed_attempts_tasks_start_only_once_its_course_is_kept(tmp_path):
+    """The keeping goes on beside the gang's start, but its cluster spec (which starts the
+    user's code) waits for it: an AM lost after the resumed attempt's tasks started,
+    with only the lost attempt's course in HDFS, would make the next AM count that one
+    again, one restart more than --max-restarts (a CI run of the sandbox's node-loss
+    test, HDFS slow under load)."""
+    from tfyarn.core.timing import DRIVER_TICK_S
+
+    hdfs = threading.Event()
+    kept_by = []
+
+    def slow_keep(so_far):
+        assert hdfs.wait(timeout=60)
+        kept_by.append(so_far)
+
+    spec, store, app, thread, result = _second_am(tmp_path, _kept(), max_restarts=2,
+                                                  keep=slow_keep)
+    gang = kvmod.Scoped(store, 0)
+    assert _register(gang, spec, 1000, timeout=3 * DRIVER_TICK_S) is None  # several looks
+    assert kept_by == [] and store.get(kvmod.KEPT) is None
+    hdfs.set()
+    assert Cluster.from_json(gang.wait(kvmod.CLUSTER, timeout=30)).attempt == 1
+    assert kept_by[0].attempt == 1 and store.get(kvmod.KEPT) == "1"
+    store.put(KILL, "test")
+    thread.join(timeout=30)
+    assert result["out"].state == "KILLED"
 
 
 def test_a_second_application_master_without_restarts_left_fails_naming_the_loss(tmp_path):

@@ -88,6 +88,8 @@ PREEMPTION_HOLD_S = 30.0  # a task told of YARN's preemption notice may hold tra
 PREEMPTION_HOLD_POLL_S = 0.2  # a training loop held at a notice looks again this often
 COURSE_KEEP_S = 30.0  # YARN: the driver keeps the job's course so far for a later AM attempt
 # this often (and at each attempt's start); a lost AM costs at most this much goodput record
+COURSE_HOLD_S = 15.0  # YARN: a restart's cluster spec waits at most this for its course to be
+# kept (WebHDFS calls of HISTORY_SAVE_S each), so a lost AM cannot give the job an extra restart
 TRAINING_PUT_S = 5.0  # the driver puts the job's training (plots, Job.metrics()) at most this
 # often while steps move: a put of a few hundred KB at most, bounded by policy.SERIES_POINTS
 HISTORY_SAVE_S = 5.0  # keeping the final page (each WebHDFS call, and all of them: the

@@ -113,12 +113,18 @@ def private_dir(client: Any, path: str) -> str:
     return ""
 
 
+def put_temp(path: str) -> str:
+    """Where `put_text` writes `path` before renaming it in: whole once it is there, and
+    the only copy between the old one's delete and the rename."""
+    folder, name = posixpath.split(path)
+    return posixpath.join(folder, f".{name}.tmp")
+
+
 def put_text(client: Any, path: str, text: str, permission: str = "640") -> None:
     """`text` at `path`, whole: written to a hidden file beside it, then renamed in, so
     a reader never sees half of it. 0640 (HDFS's default is 0644: every cluster user)."""
-    folder, name = posixpath.split(path)
-    client.makedirs(folder)
-    temp = posixpath.join(folder, f".{name}.tmp")
+    client.makedirs(posixpath.dirname(path))
+    temp = put_temp(path)
     client.write(temp, data=text.encode("utf-8"), overwrite=True, permission=permission)
     client.delete(path)  # HDFS renames onto nothing only
     client.rename(temp, path)

@@ -49,6 +49,7 @@ JOB = "job"  # the JobSpec's own JSON, put by the driver first: a handle that at
 PREEMPTION = "skein:preemption"  # the RM's notice as skein's AM puts it (patch 0005): JSON
 NOTICED = "preemption_noticed"  # the RM's time of the last notice the driver acted on
 AM = "am"  # "N": put by the driver of ApplicationMaster attempt N > 1 (a lost AM resumed)
+KEPT = "course_kept"  # "N": attempt N's course is kept in HDFS for a later AM attempt (YARN)
 MILESTONES = "milestones"  # records.Milestones: the driver's moments (its start, gangs, verdict)
 TRAINING = "training"  # records.Training: steps, metrics, attempts (the plots), put by the driver
 

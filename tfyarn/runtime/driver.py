@@ -84,6 +84,7 @@ from tfyarn.core.timing import (
     ACK_WAIT_S,
     CONTAINER_END_WAIT_S,
     CONTAINER_POLL_S,
+    COURSE_HOLD_S,
     COURSE_KEEP_S,
     DRIVER_TICK_S,
     HISTORY_SAVE_S,
@@ -181,6 +182,7 @@ class Referee:
     notices: int = 0  # YARN's preemption notices for this gang, passed on
     noticed_at: float = -1e9  # the last one's time (the referee's clock)
     gave_way: bool = False  # a task ended at a preemption notice: YARN's room goes first
+    kept: Callable[[], bool] = lambda: True  # the course kept: the cluster spec may go out
 
     def __post_init__(self) -> None:
         self.liveness = Liveness(self.spec.heartbeat_timeout_s)
@@ -241,7 +243,7 @@ class Referee:
                 self.store.put(kvmod.lost_key(task), rec.to_json())
 
     def publish_if_ready(self, addrs: Mapping[Task, str]) -> None:
-        if self.published or len(addrs) < len(self.spec.tasks()):
+        if self.published or len(addrs) < len(self.spec.tasks()) or not self.kept():
             return
         cluster = cluster_spec(addrs)
         if self.spec.allreduce:
@@ -486,6 +488,7 @@ class Course:
     am_host: str = ""
     keeper: Keeper | None = None  # keeps the course for a later AM attempt (YARN)
     kept_at: float = -1e9
+    held: tuple[int, float] | None = None  # the offer a restart's cluster spec waits for, since
     shown: tuple[int, int] = (-1, -1)  # the training last put: attempts timed, reports seen
     shown_at: float = -1e9
     marks: Marks = field(init=False)  # the job's milestones, in the store
@@ -501,13 +504,34 @@ class Course:
                            tuple(log.kept() for _, log in self.spans), self.steps.kept(),
                            dict(self.memory))
 
-    def keep(self, now: bool = False) -> None:
+    def keep(self, now: bool = False, hold: bool = False) -> None:
         """Hand the course to the keeper: at once (`now`: an attempt starts), else at most
-        every COURSE_KEEP_S (the steps moved); never waits for HDFS."""
+        every COURSE_KEEP_S (the steps moved); never waits for HDFS. `hold`: the attempt's
+        cluster spec waits until this course is kept (`kept`)."""
         if self.keeper is None or (not now and time.monotonic() - self.kept_at < COURSE_KEEP_S):
             return
         self.kept_at = time.monotonic()
-        self.keeper.offer(self.so_far())
+        number = self.keeper.offer(self.so_far())
+        if hold:
+            self.held = (number, time.monotonic())
+
+    def kept(self) -> bool:
+        """Whether a restart's tasks may start: its course kept (or keeping it failed, or
+        COURSE_HOLD_S passed). An AM lost after they started, with only the attempt before
+        kept, would give the job a restart more than --max-restarts allows: the next AM
+        attempt would count the earlier attempt as the one lost. The keeping overlaps the
+        new gang's allocation and launch, so it seldom holds anything."""
+        if self.keeper is None or self.held is None:
+            return True
+        number, since = self.held
+        if self.keeper.done < number and time.monotonic() - since < COURSE_HOLD_S:
+            return False
+        if self.keeper.done < number:
+            say(f"the job's course is still not kept after {COURSE_HOLD_S:g} s (HDFS is "
+                "slow): the tasks start; an ApplicationMaster lost before it is kept "
+                "counts this attempt's restart again", "driver")
+        self.held = None
+        return True
 
     def training(self) -> Training:
         """The job's training so far: every attempt timed (the running one to now) with
@@ -574,23 +598,35 @@ class Marks:
 
 class Keeper:
     """Keeps the job's course (`Site.keep_course`) on a thread of its own: a slow
-    NameNode never holds the referee's loop, and the newest course offered wins."""
+    NameNode never holds the referee's loop, and the newest course offered wins. Offers
+    are numbered: `done` is the last one kept (or that failed), so a restart can hold its
+    cluster spec until its course is kept (`Course.kept`); each one kept is put in the
+    store too (`kvmod.KEPT`), which wakes the referee on YARN."""
 
-    def __init__(self, keep: Callable[[CourseSoFar], None]) -> None:
-        self.keep_course = keep
+    def __init__(self, keep: Callable[[CourseSoFar], None], store: kvmod.KV | None = None
+                 ) -> None:
+        self.keep_course, self.store = keep, store
         self.latest: CourseSoFar | None = None
+        self.offered = self.done = 0
+        self.lock = threading.Lock()
         self.wake = threading.Event()
         self.failing = False
         threading.Thread(target=self._run, daemon=True, name="tfyarn-course").start()
 
-    def offer(self, so_far: CourseSoFar) -> None:
-        self.latest = so_far
+    def offer(self, so_far: CourseSoFar) -> int:
+        """The offer's number."""
+        with self.lock:
+            self.latest = so_far
+            self.offered += 1
+            number = self.offered
         self.wake.set()
+        return number
 
     def _run(self) -> None:
         while self.wake.wait():
             self.wake.clear()
-            so_far, self.latest = self.latest, None
+            with self.lock:
+                so_far, self.latest, number = self.latest, None, self.offered
             if so_far is None:
                 continue
             try:
@@ -600,8 +636,12 @@ class Keeper:
                     say(f"{exc}: a lost ApplicationMaster's next attempt will not know the "
                         "attempts before it", "driver")
                 self.failing = True
+                self.done = number
                 continue
             self.failing = False
+            self.done = number
+            if self.store is not None:
+                self.store.put(kvmod.KEPT, str(so_far.attempt))
 
 
 def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEnd]]:
@@ -610,14 +650,14 @@ def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEn
     task table."""
     start, given_back, began, steps = time.monotonic(), 0, time.time(), StepLog()
     course.attempt, course.attempt_began, course.steps = attempt, began, steps
-    course.keep(now=True)
+    course.keep(now=True, hold=attempt > 0)  # the first: a lost AM's next counts it anyway
     while True:
         course.marks.add(f"gang {course.gang_no} asked")
         course.gang.start(course.gang_no, attempt, course.earlier, course.memory)
         referee = Referee(course.spec, kvmod.Scoped(course.store, course.gang_no), course.store,
                           course.gang, course.gang_no, course.life, attempt, start,
                           advertise_host=course.advertise_host, given_back=given_back,
-                          steps=steps)
+                          steps=steps, kept=course.kept)
         if course.gang.tells_ends:
             referee.patience = course.contention.patience()
         outcome, tasks = run_gang(course, referee, attempt)
@@ -751,7 +791,7 @@ def run(spec: JobSpec, store: kvmod.KV, advertise_host: str = "127.0.0.1",
         _trap_signals(life)
     course = Course(spec, store, gang, life, advertise_host,
                     Contention(spec.yarn.gang_patience_s), am=(am.number, am.of),
-                    am_host=am.host, keeper=Keeper(am.keep) if am.keep else None)
+                    am_host=am.host, keeper=Keeper(am.keep, store) if am.keep else None)
     attempt = 0
     store.expect_all()  # first: the one watch every gang's feed and wait shares
     store.put(kvmod.JOB, spec.shown().to_json())  # skein's key-value page shows the store

@@ -206,18 +206,23 @@ class YarnSite(Site):
     def kept_course(self, spec: JobSpec, settings: Settings) -> CourseSoFar | None:
         """The course an earlier AM attempt kept: read only when the file is the user's own
         and nobody else may write it (another cluster user cannot steer the job with a
-        planted one); None where there is none. Raises EnvironmentMissing."""
+        planted one); None where there is none. An AM lost between the old file's delete and
+        the rename left only the new one, whole, under its temporary name: that is read
+        then. Raises EnvironmentMissing."""
         client, path = self._course_file(settings)
         with webhdfs.failing_as("reading the course an earlier ApplicationMaster kept"):
-            st = client.status(path, strict=False)
-            if st is None:
+            for where in (path, webhdfs.put_temp(path)):
+                st = client.status(where, strict=False)
+                if st is not None:
+                    break
+            else:
                 return None
             if st.get("owner") != settings.user or int(st.get("permission", "777"), 8) & 0o022:
-                say(f"{path} is not {settings.user}'s own private file "
+                say(f"{where} is not {settings.user}'s own private file "
                     f"(owner {st.get('owner')}, mode {st.get('permission')}): not read", "driver")
                 return None
-            with client.read(path, encoding="utf-8") as f:
-                return CourseSoFar.from_json(f.read(), path)
+            with client.read(where, encoding="utf-8") as f:
+                return CourseSoFar.from_json(f.read(), where)
 
     def forget_course(self, spec: JobSpec, settings: Settings) -> None:
         if self.am_attempt()[1] < 2:
@@ -225,6 +230,7 @@ class YarnSite(Site):
         client, path = self._course_file(settings)
         with webhdfs.failing_as("removing the job's kept course"):
             client.delete(path)
+            client.delete(webhdfs.put_temp(path))
 
     def _course_file(self, settings: Settings) -> tuple[Any, str]:
         where = course_path(settings.user, settings.job_id or "unknown")
