@@ -129,6 +129,15 @@ def am_host(app_id: str) -> str:
     return attempts[-1]["nodeHttpAddress"].rsplit(":", 1)[0]
 
 
+def kept_first(app_id: str) -> None:
+    """The first AM attempt's course in HDFS, which names its node. A job's first attempt
+    starts without waiting for it (a lost AM's next attempt counts that attempt anyway,
+    as lost on a node it cannot name); a restart's waits (`Course.kept`). In CI a node
+    killed as the task started once took the course with it, half written."""
+    course = course_path(getpass.getuser(), app_id)
+    wait_until(lambda: hdfs_exists(course), 60, f"the first AM attempt's course in {course}")
+
+
 def placed(ckpt: Path, n: int) -> dict[str, str]:
     """Task index -> node, once every attempt-0 task runs."""
     wait_until(lambda: len([p for p in ckpt.iterdir() if not p.name.endswith(".tmp")]) >= n,
@@ -302,6 +311,7 @@ def test_the_application_masters_node_lost_resumes_the_job_in_a_second_attempt(
     with skein_client() as client:  # following the first AM before it is lost
         first = client.connect(app_id)
         wait_until(lambda: first.kv.get("client") == b"following", 120, "logs --follow on")
+    kept_first(app_id)
     node = am_host(app_id)
     killed = kill_node(node)
     _, err = proc.communicate(timeout=600)
@@ -334,13 +344,11 @@ def test_the_application_masters_node_lost_without_restarts_fails_naming_the_los
         tmp_path, apps, whole_cluster):
     """--max-restarts 0: the second AM attempt's driver fails the job at once, naming
     where the first was lost and why it did not resume. (The first kept its course, which
-    names its node, before the kill: in CI a node killed as the task started once took
-    the course with it, half written, and the second attempt could not say where.)"""
+    names its node, before the kill: `kept_first`.)"""
     args, ckpt = resumable(tmp_path, 1, 1500)
     proc, app_id = submit(tmp_path, apps, *args)
     placed(ckpt, 1)
-    course = course_path(getpass.getuser(), app_id)
-    wait_until(lambda: hdfs_exists(course), 60, f"the first AM attempt's course in {course}")
+    kept_first(app_id)
     node = am_host(app_id)
     killed = kill_node(node)
     _, err = proc.communicate(timeout=600)
@@ -383,6 +391,7 @@ def test_the_application_master_lost_twice_without_restarts_left_fails_naming_bo
     proc, app_id = submit(tmp_path, apps, "-t", "tensorflow-worker", "-wn", "1", "-wm", "1500",
                           "-f", "./", "--max-restarts", "1", "-c", f"python runs.py {ckpt}")
     wait_until(lambda: (ckpt / "a0").exists(), 300, "attempt 1 running")
+    kept_first(app_id)
     first = am_host(app_id)
     kill_node(first)
     wait_until(lambda: (ckpt / "a1").exists(), 300, "attempt 2 running, resumed by AM attempt 2")
