@@ -603,8 +603,7 @@ class Keeper:
     cluster spec until its course is kept (`Course.kept`); each one kept is put in the
     store too (`kvmod.KEPT`), which wakes the referee on YARN."""
 
-    def __init__(self, keep: Callable[[CourseSoFar], None], store: kvmod.KV | None = None
-                 ) -> None:
+    def __init__(self, keep: Callable[[CourseSoFar], None], store: kvmod.KV) -> None:
         self.keep_course, self.store = keep, store
         self.latest: CourseSoFar | None = None
         self.offered = self.done = 0
@@ -639,9 +638,8 @@ class Keeper:
                 self.done = number
                 continue
             self.failing = False
-            self.done = number
-            if self.store is not None:
-                self.store.put(kvmod.KEPT, str(so_far.attempt))
+            self.done = number  # before the put that wakes the referee, which reads it
+            self.store.put(kvmod.KEPT, str(so_far.attempt))
 
 
 def run_attempt(course: Course, attempt: int) -> tuple[Outcome, dict[str, TaskEnd]]:
